@@ -1,0 +1,22 @@
+# Compile flags for kopt's own targets.
+
+# -Wall -Wextra on kopt's own code; -Werror with kopt_ENABLE_WERROR (CI turns it on).
+# Kokkos' headers come in as system headers (imported targets), so their warnings stay out.
+function(kopt_warnings target)
+  if(CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")
+    target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra>)
+    if(kopt_ENABLE_WERROR)
+      target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-Werror>)
+    endif()
+  endif()
+endfunction()
+
+# Flags for code that instantiates kopt's kernels:
+# -fno-math-errno: GCC will not vectorize a loop calling sqrt while sqrt may set errno.
+# -ffp-contract=off: no FMA contraction, so a vectorized loop and its scalar remainder give the
+#   same bits, and Serial and OpenMP builds agree bitwise whatever the thread count.
+function(kopt_kernel_flags target)
+  if(CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")
+    target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-fno-math-errno -ffp-contract=off>)
+  endif()
+endfunction()

@@ -1,0 +1,56 @@
+#pragma once
+/// \file
+/// kopt::AdamConfig: one parameter group's Adam/AdamW hyperparameters.
+
+#include <cstdint>
+
+namespace kopt {
+
+/// Hyperparameters of Adam (Kingma & Ba) and AdamW (Loshchilov & Hutter), as in
+/// torch.optim.Adam/AdamW. The defaults are torch.optim.AdamW's; for Adam with L2 decay set
+/// `.decoupled = false` and (torch.optim.Adam's default) `.weight_decay = 0`.
+///
+/// For each element, with g the gradient times the step's grad_scale (negated if
+/// `maximize`), t the parameter's own step count:
+///   L2 (decoupled = false):  g <- g + weight_decay * p
+///   m <- beta1 m + (1 - beta1) g;   v <- beta2 v + (1 - beta2) g^2
+///   amsgrad:                 vmax <- max(vmax, v), and vmax replaces v below
+///   bc1 = 1 - beta1^t, bc2 = 1 - beta2^t (both 1 without bias_correction)
+///   AdamW (decoupled):       p <- p (1 - lr weight_decay)
+///   p <- p - (lr / bc1) m / (sqrt(v) / sqrt(bc2) + eps)
+struct AdamConfig {
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.01;
+  bool decoupled = true;  ///< AdamW; false: Adam's L2 penalty added to the gradient
+  bool amsgrad = false;
+  bool bias_correction = true;
+  bool maximize = false;
+
+  /// Throws kopt::InvalidArgument naming the field and its value when a value is
+  /// non-finite or out of range (lr >= 0, 0 <= beta < 1, eps > 0, weight_decay >= 0).
+  void validate() const;
+
+  bool operator==(const AdamConfig&) const = default;
+};
+
+/// The float scalars one parameter's update needs this step, computed once on the host in
+/// double from its group's config and its own step count t (t >= 1).
+struct AdamStepScalars {
+  float grad_scale;       ///< clip/unscale factor, negated for maximize
+  float beta1, one_minus_beta1;
+  float beta2, one_minus_beta2;
+  float l2_decay;         ///< Adam: weight_decay; AdamW: 0
+  float param_decay;      ///< AdamW: 1 - lr weight_decay; Adam: 1
+  float step_size;        ///< lr / bc1
+  float inv_sqrt_bc2;     ///< 1 / sqrt(bc2)
+  float eps;
+
+  /// Step scalars for step `t` of a param in a group with `config`; `grad_scale` is the
+  /// step's global factor (1, or clip / loss_scale).
+  static AdamStepScalars make(const AdamConfig& config, std::int64_t t, double grad_scale);
+};
+
+}  // namespace kopt

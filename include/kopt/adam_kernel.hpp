@@ -1,0 +1,134 @@
+#pragma once
+/// \file
+/// The fused Adam kernel over a chunk table: many tensors, one launch.
+///
+/// A group's tensors are cut into chunks of at most chunk_size elements; one work item (a
+/// host iteration, or a device team) updates one chunk, so a step over 10,000 small
+/// tensors is one launch of about the same cost as one tensor of the same total size.
+/// Per-tensor pointers and step scalars sit in a slot table, read once per chunk.
+
+#include <kopt/adam_update.hpp>
+#include <kopt/compat.hpp>
+#include <kopt/storage_types.hpp>
+
+#include <Kokkos_Core.hpp>
+
+#include <cstdint>
+#include <type_traits>
+
+namespace kopt::Impl {
+
+/// One parameter's memory and this step's scalars, as the kernel sees them.
+struct AdamSlot {
+  void* param = nullptr;          ///< ParamT*
+  const void* grad = nullptr;     ///< GradT*
+  float* master = nullptr;        ///< fp32 master of a 16-bit param, else null
+  float* exp_avg = nullptr;
+  float* exp_avg_sq = nullptr;
+  float* max_exp_avg_sq = nullptr;  ///< amsgrad only
+  AdamStepScalars scalars{};
+};
+
+/// Elements [begin, end) of slot `slot`.
+struct Chunk {
+  std::int64_t begin;
+  std::int64_t end;
+  std::int32_t slot;
+};
+
+/// Elements per chunk: long enough to amortize the slot read and vectorize on the host,
+/// short enough to balance threads and keep a device team's work small.
+template <class ExecSpace>
+inline constexpr std::int64_t chunk_size = runs_on_host<ExecSpace> ? 8192 : 4096;
+/// Threads per team on devices.
+inline constexpr int device_team_size = 256;
+
+/// The fused update of every chunk in `chunks_`; ParamT/GradT/Amsgrad are chosen once on
+/// the host, so the element loop has no branch on dtype or variant.
+template <class ExecSpace, class ParamT, class GradT, bool Amsgrad>
+struct FusedAdamFunctor {
+  using memory_space = typename ExecSpace::memory_space;
+  Kokkos::View<const AdamSlot*, memory_space> slots_;
+  Kokkos::View<const Chunk*, memory_space> chunks_;
+
+  KOKKOS_FORCEINLINE_FUNCTION void update(const AdamSlot& slot, std::int64_t begin,
+                                          std::int64_t end, std::int64_t stride) const {
+    ParamT* KOPT_RESTRICT param = static_cast<ParamT*>(slot.param);
+    const GradT* KOPT_RESTRICT grad = static_cast<const GradT*>(slot.grad);
+    float* KOPT_RESTRICT master = slot.master;
+    float* KOPT_RESTRICT m = slot.exp_avg;
+    float* KOPT_RESTRICT v = slot.exp_avg_sq;
+    float* KOPT_RESTRICT vmax = slot.max_exp_avg_sq;
+    const AdamStepScalars s = slot.scalars;
+    for (std::int64_t i = begin; i < end; i += stride) {
+      float unused = 0.0f;
+      float& vm = Amsgrad ? vmax[i] : unused;
+      if constexpr (std::is_same_v<ParamT, float>) {
+        param[i] = adam_update<Amsgrad>(param[i], to_float(grad[i]), m[i], v[i], vm, s);
+      } else {
+        const float p = adam_update<Amsgrad>(master[i], to_float(grad[i]), m[i], v[i], vm, s);
+        master[i] = p;
+        param[i] = from_float<ParamT>(p);
+      }
+    }
+  }
+
+  /// Host: one chunk per iteration, a unit-stride loop the compiler vectorizes.
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t c) const {
+    const Chunk chunk = chunks_(c);
+    update(slots_(chunk.slot), chunk.begin, chunk.end, 1);
+  }
+
+  /// Device: one team per chunk, its threads striding through it (coalesced).
+  template <class Member>
+  KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
+    const Chunk chunk = chunks_(team.league_rank());
+    update(slots_(chunk.slot), chunk.begin + team.team_rank(), chunk.end, team.team_size());
+  }
+};
+
+/// Launches `functor` over `num_chunks` chunks on `exec`: a range over chunks on the host,
+/// a league of teams on devices. Every kopt chunk kernel goes through here.
+template <class ExecSpace, class Functor>
+void launch_chunks(const ExecSpace& exec, const std::string& label, std::int64_t num_chunks,
+                   const Functor& functor) {
+  if (num_chunks == 0) return;
+  if constexpr (runs_on_host<ExecSpace>) {
+    Kokkos::parallel_for(
+        label,
+        Kokkos::RangePolicy<ExecSpace, Kokkos::Schedule<Kokkos::Dynamic>, Kokkos::IndexType<std::int64_t>>(
+            exec, 0, num_chunks),
+        functor);
+  } else {
+    Kokkos::parallel_for(label,
+                         Kokkos::TeamPolicy<ExecSpace>(exec, static_cast<int>(num_chunks),
+                                                       device_team_size),
+                         functor);
+  }
+}
+
+/// master[i] = float(param[i]) over chunks of 16-bit params: fills or refreshes masters.
+template <class ExecSpace, class ParamT>
+struct WidenToMasterFunctor {
+  using memory_space = typename ExecSpace::memory_space;
+  Kokkos::View<const AdamSlot*, memory_space> slots_;
+  Kokkos::View<const Chunk*, memory_space> chunks_;
+
+  KOKKOS_FORCEINLINE_FUNCTION void widen(const AdamSlot& slot, std::int64_t begin,
+                                         std::int64_t end, std::int64_t stride) const {
+    const ParamT* KOPT_RESTRICT param = static_cast<const ParamT*>(slot.param);
+    float* KOPT_RESTRICT master = slot.master;
+    for (std::int64_t i = begin; i < end; i += stride) master[i] = to_float(param[i]);
+  }
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t c) const {
+    const Chunk chunk = chunks_(c);
+    widen(slots_(chunk.slot), chunk.begin, chunk.end, 1);
+  }
+  template <class Member>
+  KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
+    const Chunk chunk = chunks_(team.league_rank());
+    widen(slots_(chunk.slot), chunk.begin + team.team_rank(), chunk.end, team.team_size());
+  }
+};
+
+}  // namespace kopt::Impl

@@ -1,0 +1,42 @@
+#pragma once
+/// \file
+/// The one place that papers over Kokkos API differences between 3.4.01 and 4.x/5.x
+/// (see KOKKOS-COMPAT in the project docs). Test KOKKOS_VERSION only: the
+/// KOKKOS_VERSION_GREATER_EQUAL macro does not exist in 3.4.
+
+#include <Kokkos_Core.hpp>
+
+#include <string>
+
+#if KOKKOS_VERSION >= 30700
+#define KOPT_SQRT ::Kokkos::sqrt
+#else
+#define KOPT_SQRT ::Kokkos::Experimental::sqrt
+#endif
+
+/// No-alias qualifier for the kernels' local pointers: without it GCC versions the loop
+/// with runtime overlap checks, or gives up vectorizing it.
+#if defined(__GNUC__) || defined(__clang__)
+#define KOPT_RESTRICT __restrict__
+#else
+#define KOPT_RESTRICT
+#endif
+
+namespace kopt::Impl {
+
+/// Fences `exec`, with a label where Kokkos takes one (3.5+), so tools show who waited.
+template <class ExecSpace>
+void fence(const ExecSpace& exec, [[maybe_unused]] const std::string& label) {
+#if KOKKOS_VERSION >= 30500
+  exec.fence(label);
+#else
+  exec.fence();
+#endif
+}
+
+/// True for execution spaces that run on the host CPU (Serial, OpenMP, Threads).
+template <class ExecSpace>
+inline constexpr bool runs_on_host =
+    Kokkos::SpaceAccessibility<ExecSpace, Kokkos::HostSpace>::accessible;
+
+}  // namespace kopt::Impl

@@ -1,0 +1,72 @@
+#pragma once
+/// \file
+/// kopt's one error hierarchy. Every exception kopt throws for bad user input derives
+/// from kopt::Error and carries the file and line that detected it, so a report from a
+/// large training run points at the check that fired.
+
+#include <sstream>
+#include <stdexcept>
+#include <string>
+
+namespace kopt {
+
+/// Base of every exception kopt throws.
+class Error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// A value handed to kopt is out of range, null, non-finite or of an unsupported kind.
+class InvalidArgument : public Error {
+ public:
+  using Error::Error;
+};
+
+/// Two things that must agree in size (param and grad, a loaded block and its param) do not.
+class ShapeMismatch : public Error {
+ public:
+  using Error::Error;
+};
+
+/// The work asks for an execution or memory space this build of Kokkos does not have.
+class NotCompiled : public Error {
+ public:
+  using Error::Error;
+};
+
+/// A checkpoint file is missing, torn, corrupt or does not match the optimizer.
+class CheckpointError : public Error {
+ public:
+  using Error::Error;
+};
+
+/// A backend (CUDA runtime, MPI) reported a failure.
+class BackendError : public Error {
+ public:
+  using Error::Error;
+};
+
+namespace Impl {
+/// Builds "kopt: <msg> [file:line]".
+inline std::string error_message(const std::string& msg, const char* file, int line) {
+  std::ostringstream out;
+  out << "kopt: " << msg << " [" << file << ':' << line << ']';
+  return out.str();
+}
+}  // namespace Impl
+
+}  // namespace kopt
+
+/// Throws `ErrorType` with a message built by streaming `msg` when `cond` holds.
+/// Use for user input; internal invariants use assert.
+#define KOPT_THROW_IF_AS(ErrorType, cond, msg)                                      \
+  do {                                                                              \
+    if (cond) {                                                                     \
+      std::ostringstream kopt_msg_;                                                 \
+      kopt_msg_ << msg;                                                             \
+      throw ErrorType(::kopt::Impl::error_message(kopt_msg_.str(), __FILE__, __LINE__)); \
+    }                                                                               \
+  } while (false)
+
+/// Throws kopt::InvalidArgument when `cond` holds.
+#define KOPT_THROW_IF(cond, msg) KOPT_THROW_IF_AS(::kopt::InvalidArgument, cond, msg)

@@ -1,0 +1,118 @@
+#pragma once
+/// \file
+/// kopt::FusedAdam: the engine that runs fused Adam/AdamW over many parameters whose memory
+/// an execution space can reach. It keeps the optimizer state (moments, amsgrad max, fp32
+/// masters of 16-bit params) in that space and updates every parameter in one launch per
+/// (param dtype, grad dtype, amsgrad) class present, normally one.
+
+#include <kopt/adam_config.hpp>
+#include <kopt/adam_kernel.hpp>
+#include <kopt/impl/param_registry.hpp>
+#include <kopt/tensor.hpp>
+
+#include <Kokkos_Core.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace kopt {
+
+/// Read-only handles on one parameter's state, in the engine's memory space.
+template <class MemSpace>
+struct AdamStateView {
+  Kokkos::View<const float*, MemSpace> exp_avg;
+  Kokkos::View<const float*, MemSpace> exp_avg_sq;
+  Kokkos::View<const float*, MemSpace> max_exp_avg_sq;  ///< empty unless amsgrad ran
+  Kokkos::View<const float*, MemSpace> master;          ///< empty for fp32 params
+  std::int64_t step = 0;                                ///< completed updates
+};
+
+template <class ExecSpace>
+class FusedAdam {
+ public:
+  using execution_space = ExecSpace;
+  using memory_space = typename ExecSpace::memory_space;
+
+  /// An engine with one group (index 0) of `config`; validates it. Allocates nothing.
+  explicit FusedAdam(const ExecSpace& exec, const AdamConfig& config = AdamConfig{},
+                     std::string label = "kopt::FusedAdam");
+
+  /// Adds a group with its own hyperparameters; returns its index. Validates first.
+  std::size_t add_group(const AdamConfig& config);
+  std::size_t num_groups() const { return registry_.num_groups(); }
+  /// A group's config, mutable between steps (schedules); step() validates it.
+  AdamConfig& config(std::size_t group = 0) { return registry_.config(group); }
+  const AdamConfig& config(std::size_t group = 0) const { return registry_.config(group); }
+
+  /// Registers `param` (updated in place) with `grad` under a unique `name` in `group`.
+  /// Both must live where this engine's execution space can reach them, be f32, bf16 or
+  /// f16, and have equal numel; a null grad means no gradient yet. A 16-bit param gets an
+  /// fp32 master copy, taken from the param when the state is first allocated (at the first
+  /// step() or state() call). Throws a kopt::Error and changes nothing on bad input.
+  void add(const std::string& name, const Tensor& param, const Tensor& grad,
+           std::size_t group = 0);
+  /// Replaces the grad of `name`; a null Tensor means no gradient this step (the param and
+  /// its state are then left untouched by step()). Validates first.
+  void set_grad(const std::string& name, const Tensor& grad) { registry_.set_grad(name, grad); }
+
+  /// One Adam/AdamW step of every param that has a grad, with the grads multiplied by
+  /// `grad_scale` (unscale / clip; must be finite). Enqueues the work on the execution space
+  /// instance and returns without waiting: fence it before reading params on the host.
+  /// Validates every config and argument before touching anything.
+  void step(double grad_scale = 1.0);
+
+  /// Copies every 16-bit param into its fp32 master (after the training code loaded new
+  /// weights into the params). Enqueued like step().
+  void reload_model_params();
+
+  std::size_t size() const { return registry_.size(); }
+  /// Completed updates of `name`.
+  std::int64_t step_count(const std::string& name) const {
+    return registry_[registry_.index_of(name)].step;
+  }
+  /// The state of `name` (allocating the engine's state first if needed).
+  AdamStateView<memory_space> state(const std::string& name);
+  /// Bytes of optimizer state this engine holds in its memory space.
+  std::size_t state_bytes() const;
+  const ExecSpace& exec() const { return exec_; }
+
+ private:
+  using FloatView = Kokkos::View<float*, memory_space>;
+  struct ClassKey {
+    DType param, grad;
+    bool amsgrad;
+    bool operator==(const ClassKey&) const = default;
+  };
+  struct KernelClass {
+    ClassKey key;
+    Kokkos::View<Impl::Chunk*, memory_space> chunks;
+  };
+
+  void ensure_state_();
+  void fill_slots_(double grad_scale, bool with_scalars);
+  void widen_masters_(std::size_t first);
+  void build_classes_(const std::vector<int>& signature);
+  FloatView grow_(const FloatView& old, std::int64_t n, const char* what);
+
+  ExecSpace exec_;
+  std::string label_;
+  Impl::ParamRegistry registry_;
+  FloatView exp_avg_, exp_avg_sq_, max_exp_avg_sq_, master_;
+  Kokkos::View<Impl::AdamSlot*, memory_space> slots_;
+  typename Kokkos::View<Impl::AdamSlot*, memory_space>::HostMirror slots_host_;
+  std::vector<int> signature_;  ///< per entry: kernel class + 1, or 0 if skipped
+  std::vector<KernelClass> classes_;
+};
+
+#ifdef KOKKOS_ENABLE_SERIAL
+extern template class FusedAdam<Kokkos::Serial>;
+#endif
+#ifdef KOKKOS_ENABLE_OPENMP
+extern template class FusedAdam<Kokkos::OpenMP>;
+#endif
+#ifdef KOKKOS_ENABLE_CUDA
+extern template class FusedAdam<Kokkos::Cuda>;
+#endif
+
+}  // namespace kopt

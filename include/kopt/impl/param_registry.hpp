@@ -1,0 +1,77 @@
+#pragma once
+/// \file
+/// Host-side bookkeeping shared by every engine: parameter names, groups and their configs,
+/// tensors, per-parameter step counts and where each parameter's state sits in the engine's
+/// buffers. Compiled once (src/param_registry.cpp); holds no device memory.
+
+#include <kopt/adam_config.hpp>
+#include <kopt/tensor.hpp>
+
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace kopt::Impl {
+
+/// A set of MemorySpace values, as a bit mask.
+using SpaceMask = unsigned;
+constexpr SpaceMask mask_of(MemorySpace s) { return 1u << static_cast<unsigned>(s); }
+
+/// Whether an engine can update params of `dtype` (its kernels are instantiated for it).
+bool is_update_dtype(DType dtype);
+
+struct ParamEntry {
+  std::string name;
+  Tensor param;
+  Tensor grad;  ///< data == nullptr: no gradient this step
+  std::size_t group = 0;
+  std::int64_t step = 0;           ///< completed updates of this param
+  std::int64_t state_offset = -1;  ///< into the moment buffers; -1 until laid out
+  std::int64_t master_offset = -1; ///< into the master buffer; -1 for fp32 params
+};
+
+class ParamRegistry {
+ public:
+  /// `accepted`: the memory spaces the owning engine's execution space can read and write.
+  ParamRegistry(SpaceMask accepted, std::string owner);
+
+  std::size_t add_group(const AdamConfig& config);  ///< validates first
+  std::size_t num_groups() const { return configs_.size(); }
+  AdamConfig& config(std::size_t group);
+  const AdamConfig& config(std::size_t group) const;
+  /// Validates everything, then appends; throws (changing nothing) on bad input.
+  void add(const std::string& name, const Tensor& param, const Tensor& grad, std::size_t group);
+  /// Replaces the grad of `name` (null Tensor: no gradient this step); validates first.
+  void set_grad(const std::string& name, const Tensor& grad);
+  /// Validates every group's config; throws naming the group on the first bad one.
+  void validate_configs() const;
+
+  std::size_t size() const { return entries_.size(); }
+  const ParamEntry& operator[](std::size_t i) const { return entries_[i]; }
+  ParamEntry& operator[](std::size_t i) { return entries_[i]; }
+  /// Position of `name`; throws kopt::InvalidArgument naming it when unknown.
+  std::size_t index_of(const std::string& name) const;
+
+  /// Assigns buffer offsets to entries not laid out yet (appended after the existing ones,
+  /// so existing state keeps its place). Returns {moment elements, master elements}.
+  std::pair<std::int64_t, std::int64_t> lay_out();
+  /// Entries from this index on were laid out by the last lay_out() call.
+  std::size_t first_new() const { return first_new_; }
+
+ private:
+  void check_tensor_(const std::string& name, const char* what, const Tensor& t) const;
+  void check_grad_(const std::string& name, const Tensor& param, const Tensor& grad) const;
+
+  SpaceMask accepted_;
+  std::string owner_;
+  std::vector<AdamConfig> configs_;
+  std::vector<ParamEntry> entries_;
+  std::unordered_map<std::string, std::size_t> index_;
+  std::int64_t moment_elems_ = 0;
+  std::int64_t master_elems_ = 0;
+  std::size_t laid_out_ = 0;
+  std::size_t first_new_ = 0;
+};
+
+}  // namespace kopt::Impl

@@ -1,0 +1,11 @@
+#pragma once
+/// \file
+/// Everything public in kopt.
+
+#include <kopt/adam_config.hpp>
+#include <kopt/error.hpp>
+#include <kopt/fused_adam.hpp>
+#include <kopt/runtime.hpp>
+#include <kopt/storage_types.hpp>
+#include <kopt/tensor.hpp>
+#include <kopt/version.hpp>

@@ -1,0 +1,118 @@
+#pragma once
+/// \file
+/// kopt::bfloat16 and kopt::float16: 2-byte storage types.
+///
+/// They are storage, not arithmetic types: kernels widen them to float, compute, and round
+/// back once. Conversions are written in integer arithmetic only (plus one exact float
+/// multiply), so they give the same bits on every backend and under any compiler flags;
+/// Kokkos' own half_t/bhalf_t are 4-byte floats on host builds and cannot promise that.
+/// float -> 16-bit rounds to nearest, ties to even; NaN stays NaN (quietened, sign kept);
+/// +-Inf stays +-Inf; fp16 overflow gives +-Inf and tiny values become fp16 subnormals.
+
+#include <Kokkos_Macros.hpp>
+
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+namespace kopt {
+
+namespace Impl {
+KOKKOS_FORCEINLINE_FUNCTION std::uint32_t float_bits(float f) {
+  std::uint32_t u;
+  std::memcpy(&u, &f, sizeof u);  // the portable bit cast; compiles to a move
+  return u;
+}
+KOKKOS_FORCEINLINE_FUNCTION float bits_float(std::uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+}  // namespace Impl
+
+/// bfloat16: 1 sign, 8 exponent, 7 mantissa bits (the top half of a float).
+struct bfloat16 {
+  std::uint16_t bits;
+
+  /// Rounds `f` to nearest even; NaN becomes a quiet NaN of the same sign.
+  KOKKOS_FORCEINLINE_FUNCTION static bfloat16 from_float(float f) {
+    const std::uint32_t x = Impl::float_bits(f);
+    const bool nan = (x & 0x7fffffffu) > 0x7f800000u;
+    // Adding 0x7fff plus the lowest kept bit rounds to nearest even; a carry into the
+    // exponent is the right answer (up to the next binade, or to Inf past the max).
+    const std::uint32_t rounded = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
+    return bfloat16{static_cast<std::uint16_t>(nan ? ((x >> 16) | 0x0040u) : rounded)};
+  }
+  /// Exact: every bfloat16 is a float.
+  KOKKOS_FORCEINLINE_FUNCTION float to_float() const {
+    return Impl::bits_float(static_cast<std::uint32_t>(bits) << 16);
+  }
+};
+
+/// IEEE 754 binary16: 1 sign, 5 exponent, 10 mantissa bits; max 65504.
+struct float16 {
+  std::uint16_t bits;
+
+  /// Rounds `f` to nearest even, to Inf past 65520 (the midpoint above 65504), and to
+  /// subnormals (multiples of 2^-24) below 2^-14. Written as selects so the loop around it
+  /// vectorizes.
+  KOKKOS_FORCEINLINE_FUNCTION static float16 from_float(float f) {
+    const std::uint32_t x = Impl::float_bits(f);
+    const std::uint32_t sign = (x >> 16) & 0x8000u;
+    const std::uint32_t ax = x & 0x7fffffffu;
+    // Normal range: rebias the exponent (127 -> 15) and round the 13 dropped bits.
+    const std::uint32_t norm_base = (ax >> 13) - (112u << 10);
+    const std::uint32_t norm_rem = ax & 0x1fffu;
+    const std::uint32_t norm =
+        norm_base + ((norm_rem > 0x1000u || (norm_rem == 0x1000u && (norm_base & 1u))) ? 1u : 0u);
+    // Subnormal range: the value is mant24 * 2^(e-150); in units of 2^-24 that is
+    // mant24 >> (126 - e). Shifts past 24 leave less than half a unit: zero.
+    const std::uint32_t e = ax >> 23;
+    const std::uint32_t mant24 = (ax & 0x7fffffu) | 0x800000u;
+    const std::uint32_t shift = e < 102u ? 25u : 126u - e;  // 14..25 on this branch
+    const std::uint32_t sub_base = shift < 25u ? (mant24 >> shift) : 0u;
+    const std::uint32_t sub_rem = shift < 25u ? (mant24 & ((1u << shift) - 1u)) : mant24;
+    const std::uint32_t sub_half = shift < 25u ? (1u << (shift - 1u)) : 0x1000000u;
+    const std::uint32_t sub =
+        sub_base + ((sub_rem > sub_half || (sub_rem == sub_half && (sub_base & 1u))) ? 1u : 0u);
+    const std::uint32_t nan = 0x7e00u | ((ax >> 13) & 0x3ffu);
+    std::uint32_t h = ax < 0x38800000u ? sub : norm;
+    h = ax >= 0x477ff000u ? 0x7c00u : h;  // 65520 and up round to Inf
+    h = ax > 0x7f800000u ? nan : h;
+    return float16{static_cast<std::uint16_t>(sign | h)};
+  }
+  /// Exact: every float16 is a float.
+  KOKKOS_FORCEINLINE_FUNCTION float to_float() const {
+    const std::uint32_t h = bits;
+    const std::uint32_t sign = (h & 0x8000u) << 16;
+    const std::uint32_t e = (h >> 10) & 0x1fu;
+    const std::uint32_t m = h & 0x3ffu;
+    const std::uint32_t normal = ((e + 112u) << 23) | (m << 13);
+    const std::uint32_t special = 0x7f800000u | (m << 13);  // Inf, or NaN with its payload
+    // A subnormal is m * 2^-24; the product is exact (m < 2^10, scaled by a power of two).
+    const std::uint32_t subnormal = Impl::float_bits(static_cast<float>(m) * 5.9604644775390625e-8f);
+    const std::uint32_t mag = e == 0x1fu ? special : (e != 0u ? normal : subnormal);
+    return Impl::bits_float(sign | mag);
+  }
+};
+
+static_assert(sizeof(bfloat16) == 2 && sizeof(float16) == 2, "16-bit storage must be 2 bytes");
+
+namespace Impl {
+/// Widen any element type kopt stores to float.
+KOKKOS_FORCEINLINE_FUNCTION float to_float(float x) { return x; }
+KOKKOS_FORCEINLINE_FUNCTION float to_float(bfloat16 x) { return x.to_float(); }
+KOKKOS_FORCEINLINE_FUNCTION float to_float(float16 x) { return x.to_float(); }
+
+/// Round a float to element type T once.
+template <class T>
+KOKKOS_FORCEINLINE_FUNCTION T from_float(float x) {
+  if constexpr (std::is_same_v<T, float>) {
+    return x;
+  } else {
+    return T::from_float(x);
+  }
+}
+}  // namespace Impl
+
+}  // namespace kopt

@@ -1,0 +1,94 @@
+#pragma once
+/// \file
+/// kopt::Tensor: a non-owning handle on memory the training code owns.
+
+#include <kopt/storage_types.hpp>
+
+#include <Kokkos_Core.hpp>
+
+#include <cstdint>
+#include <string>
+#include <type_traits>
+
+namespace kopt {
+
+/// Element type of a tensor. kopt updates f32, bf16 and f16 params and grads; the other
+/// kinds exist so a training code can describe what it has and get a clear refusal.
+enum class DType : std::uint8_t { f32, bf16, f16, f64, i32 };
+
+/// Where a tensor's memory lives. `cuda_host_pinned` and `cuda_uvm` are reachable from
+/// host and device; `cuda` only from the device.
+enum class MemorySpace : std::uint8_t { host, cuda, cuda_uvm, cuda_host_pinned };
+
+/// Bytes per element of `dtype`.
+std::size_t size_of(DType dtype);
+/// "f32", "bf16", ...
+const char* name_of(DType dtype);
+/// "host", "cuda", ...
+const char* name_of(MemorySpace space);
+
+/// The DType of a C++ element type (float, kopt::bfloat16, kopt::float16, double, int32).
+template <class T>
+constexpr DType dtype_of() {
+  using U = std::remove_const_t<T>;
+  if constexpr (std::is_same_v<U, float>) return DType::f32;
+  else if constexpr (std::is_same_v<U, bfloat16>) return DType::bf16;
+  else if constexpr (std::is_same_v<U, float16>) return DType::f16;
+  else if constexpr (std::is_same_v<U, double>) return DType::f64;
+  else if constexpr (std::is_same_v<U, std::int32_t>) return DType::i32;
+  else static_assert(!sizeof(U), "kopt::dtype_of: element type has no kopt::DType");
+}
+
+/// The MemorySpace of a Kokkos memory space type.
+template <class KokkosSpace>
+constexpr MemorySpace memory_space_of() {
+#ifdef KOKKOS_ENABLE_CUDA
+  if constexpr (std::is_same_v<KokkosSpace, Kokkos::CudaSpace>) return MemorySpace::cuda;
+  else if constexpr (std::is_same_v<KokkosSpace, Kokkos::CudaUVMSpace>) return MemorySpace::cuda_uvm;
+  else if constexpr (std::is_same_v<KokkosSpace, Kokkos::CudaHostPinnedSpace>)
+    return MemorySpace::cuda_host_pinned;
+  else
+#endif
+  if constexpr (std::is_same_v<KokkosSpace, Kokkos::HostSpace>) return MemorySpace::host;
+  else static_assert(!sizeof(KokkosSpace), "kopt::memory_space_of: unsupported memory space");
+}
+
+/// A non-owning view of `numel` contiguous elements of `dtype` at `data` in `space`.
+/// kopt never frees, resizes or reallocates it; the training code keeps it alive while the
+/// optimizer refers to it (replace it with the optimizer's rebind/set_grad calls).
+/// A default-constructed Tensor is null: as a grad it means "no gradient this step".
+struct Tensor {
+  void* data = nullptr;
+  std::int64_t numel = 0;
+  DType dtype = DType::f32;
+  MemorySpace space = MemorySpace::host;
+
+  Tensor() = default;
+  /// From raw memory. Does not block, checks nothing (the optimizer checks on use).
+  Tensor(void* data_, std::int64_t numel_, DType dtype_, MemorySpace space_ = MemorySpace::host)
+      : data(data_), numel(numel_), dtype(dtype_), space(space_) {}
+  /// From a typed pointer.
+  template <class T>
+  static Tensor from(T* ptr, std::int64_t numel_, MemorySpace space_ = MemorySpace::host) {
+    return Tensor(const_cast<std::remove_const_t<T>*>(ptr), numel_, dtype_of<T>(), space_);
+  }
+  /// From a contiguous rank-1 Kokkos::View; the view must outlive the optimizer's use.
+  template <class T, class... Props>
+  explicit Tensor(const Kokkos::View<T*, Props...>& view)
+      : Tensor(Tensor::from(view.data(), static_cast<std::int64_t>(view.span()),
+                            memory_space_of<typename Kokkos::View<T*, Props...>::memory_space>())) {
+    static_assert(!std::is_same_v<typename Kokkos::View<T*, Props...>::array_layout,
+                                  Kokkos::LayoutStride>,
+                  "kopt::Tensor: the View must be contiguous");
+  }
+
+  /// No memory behind it (a param without a gradient this step).
+  bool is_null() const { return data == nullptr; }
+  /// Bytes spanned.
+  std::size_t bytes() const { return static_cast<std::size_t>(numel) * size_of(dtype); }
+};
+
+/// "bf16[1000] @ host" for messages.
+std::string describe(const Tensor& t);
+
+}  // namespace kopt

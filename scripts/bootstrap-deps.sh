@@ -1,0 +1,140 @@
+#!/usr/bin/env bash
+# Installs everything kopt needs to build, test and benchmark on a Debian 12 machine, and
+# prints the CMAKE_PREFIX_PATH to use on its last line of stdout.
+#
+# Kokkos and Kokkos Kernels: if a Kokkos install is already visible (Kokkos_ROOT or
+# CMAKE_PREFIX_PATH holding a KokkosConfig.cmake) nothing is built. Otherwise both are
+# built from Debian 12's own `trilinos` *source* package (Kokkos 3.4.01, OpenMP + Serial;
+# Debian's binary Kokkos is Serial-only) into a cache prefix that later runs reuse:
+#   KOPT_DEPS_PREFIX  (default: ${XDG_CACHE_HOME:-$HOME/.cache}/kopt-deps)
+# The script is idempotent: a second run finds the stamp file and returns at once.
+#
+# Debian packages (cmake, g++, GoogleTest, Google Benchmark, ...) are installed when
+# missing, which needs root. Options:
+#   --with-mpi    also install OpenMPI (kopt_ENABLE_MPI)
+set -euo pipefail
+
+log() { echo "bootstrap-deps: $*" >&2; }
+want_mpi=0
+for arg in "$@"; do
+  case "$arg" in
+    --with-mpi) want_mpi=1 ;;
+    *) log "unknown option '$arg'"; exit 2 ;;
+  esac
+done
+
+prefix="${KOPT_DEPS_PREFIX:-${XDG_CACHE_HOME:-$HOME/.cache}/kopt-deps}"
+jobs="$(nproc 2>/dev/null || echo 2)"
+
+as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+
+apt_updated=0
+apt_update() {
+  [ "$apt_updated" = 1 ] && return 0
+  as_root apt-get update -qq >&2
+  apt_updated=1
+}
+
+# --- Debian packages ---------------------------------------------------------------
+packages=(cmake g++ make ninja-build libgtest-dev libgmock-dev libbenchmark-dev xz-utils)
+[ "$want_mpi" = 1 ] && packages+=(libopenmpi-dev openmpi-bin)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  log "installing Debian packages: ${missing[*]}"
+  apt_update
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+    "${missing[@]}" >&2
+fi
+
+# --- An existing Kokkos wins -----------------------------------------------------------
+has_kokkos() {  # $1: a prefix; true when it holds a KokkosConfig.cmake
+  [ -n "$1" ] && find "$1" -maxdepth 5 -name KokkosConfig.cmake -print -quit 2>/dev/null | grep -q .
+}
+if has_kokkos "${Kokkos_ROOT:-}"; then
+  log "using Kokkos_ROOT=$Kokkos_ROOT; building nothing"
+  echo "${Kokkos_ROOT}${CMAKE_PREFIX_PATH:+;$CMAKE_PREFIX_PATH}"
+  exit 0
+fi
+IFS=':;' read -r -a user_paths <<<"${CMAKE_PREFIX_PATH:-}"
+for p in "${user_paths[@]}"; do
+  if has_kokkos "$p"; then
+    log "using Kokkos from CMAKE_PREFIX_PATH ($p); building nothing"
+    echo "$CMAKE_PREFIX_PATH"
+    exit 0
+  fi
+done
+
+stamp="$prefix/.kopt-deps-3.4.01-openmp"
+if [ -f "$stamp" ]; then
+  log "Kokkos 3.4.01 (OpenMP+Serial) and Kokkos Kernels cached in $prefix"
+  echo "$prefix"
+  exit 0
+fi
+
+# --- deb-src entries derived from this machine's own apt sources ---------------------
+# Only stanzas for this release's suites are mirrored, so third-party repositories
+# without source indexes cannot break `apt-get update`.
+codename="$(. /etc/os-release && echo "${VERSION_CODENAME:-}")"
+src_list=/etc/apt/sources.list.d/kopt-deb-src.sources
+if ! grep -rqs '^Types:.*deb-src' /etc/apt/sources.list.d/*.sources 2>/dev/null \
+   && ! grep -qs '^deb-src ' /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null; then
+  tmp="$(mktemp)"
+  for f in /etc/apt/sources.list.d/*.sources; do
+    [ -f "$f" ] || continue
+    # deb822: one stanza per paragraph; keep those whose Suites name this release.
+    awk -v rel="$codename" 'BEGIN { RS=""; ORS="\n\n" }
+      $0 ~ ("Suites:[^\n]*" rel) { sub(/Types:[^\n]*/, "Types: deb-src"); print }' "$f" >>"$tmp"
+  done
+  for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
+    [ -f "$f" ] || continue
+    awk -v rel="$codename" '$1 == "deb" && $0 ~ rel { $1 = "deb-src"; print }' "$f" |
+      while read -r line; do printf 'Types: deb-src\nURIs: %s\nSuites: %s\nComponents: %s\n\n' \
+        "$(echo "$line" | awk '{print $2}')" "$(echo "$line" | awk '{print $3}')" \
+        "$(echo "$line" | cut -d' ' -f4-)"; done >>"$tmp"
+  done
+  [ -s "$tmp" ] || { log "no apt source for '$codename' to derive deb-src from"; exit 1; }
+  log "enabling source packages in $src_list"
+  as_root install -m 0644 "$tmp" "$src_list"
+  rm -f "$tmp"
+  apt_updated=0
+fi
+apt_update
+
+# --- Fetch trilinos' source and keep only Kokkos and Kokkos Kernels ---------------------
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+t0=$(date +%s)
+(cd "$work" && apt-get source --download-only -qq trilinos >&2)
+orig="$(ls "$work"/trilinos_*.orig.tar.* | head -n 1)"
+log "downloaded $(basename "$orig") in $(( $(date +%s) - t0 )) s"
+tar -xf "$orig" -C "$work" --wildcards '*/packages/kokkos/*' '*/packages/kokkos-kernels/*'
+src="$(dirname "$(find "$work" -maxdepth 3 -type d -name kokkos -path '*/packages/*' | head -n 1)")"
+
+build() {  # $1: name, $2: source dir, rest: cmake options
+  local name="$1" dir="$2"; shift 2
+  local t=$(date +%s)
+  cmake -S "$dir" -B "$work/build-$name" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    -DCMAKE_INSTALL_PREFIX="$prefix" -DCMAKE_PREFIX_PATH="$prefix" \
+    -DCMAKE_CXX_STANDARD=17 -DCMAKE_CXX_FLAGS="-w" "$@" >"$work/$name-configure.log" 2>&1 ||
+    { tail -n 40 "$work/$name-configure.log" >&2; exit 1; }
+  cmake --build "$work/build-$name" -j "$jobs" >"$work/$name-build.log" 2>&1 ||
+    { tail -n 40 "$work/$name-build.log" >&2; exit 1; }
+  cmake --install "$work/build-$name" >/dev/null
+  log "built and installed $name in $(( $(date +%s) - t )) s"
+}
+mkdir -p "$prefix"
+build kokkos "$src/kokkos" -DKokkos_ENABLE_SERIAL=ON -DKokkos_ENABLE_OPENMP=ON \
+  -DKokkos_ENABLE_TESTS=OFF -DKokkos_ENABLE_EXAMPLES=OFF -DBUILD_SHARED_LIBS=OFF \
+  -DCMAKE_POSITION_INDEPENDENT_CODE=ON
+# kopt needs the BLAS-1 part of Kokkos Kernels; skip the explicit instantiations of the
+# sparse/graph kernels that take most of its build time.
+build kokkos-kernels "$src/kokkos-kernels" -DKokkosKernels_ENABLE_TESTS=OFF \
+  -DKokkosKernels_ENABLE_EXAMPLES=OFF -DKokkosKernels_INST_DOUBLE=ON \
+  -DKokkosKernels_INST_ORDINAL_INT=ON -DKokkosKernels_INST_OFFSET_INT=ON \
+  -DKokkosKernels_INST_OFFSET_SIZE_T=OFF -DKokkosKernels_INST_LAYOUTLEFT=ON \
+  -DBUILD_SHARED_LIBS=OFF -DCMAKE_POSITION_INDEPENDENT_CODE=ON
+touch "$stamp"
+echo "$prefix"

@@ -1,0 +1,110 @@
+#include <kopt/error.hpp>
+#include <kopt/impl/param_registry.hpp>
+
+#include <utility>
+
+namespace kopt::Impl {
+
+bool is_update_dtype(DType dtype) {
+  return dtype == DType::f32 || dtype == DType::bf16 || dtype == DType::f16;
+}
+
+ParamRegistry::ParamRegistry(SpaceMask accepted, std::string owner)
+    : accepted_(accepted), owner_(std::move(owner)) {}
+
+std::size_t ParamRegistry::add_group(const AdamConfig& config) {
+  config.validate();
+  configs_.push_back(config);
+  return configs_.size() - 1;
+}
+
+AdamConfig& ParamRegistry::config(std::size_t group) {
+  KOPT_THROW_IF(group >= configs_.size(),
+                owner_ << ": group " << group << " does not exist (" << configs_.size() << " groups)");
+  return configs_[group];
+}
+
+const AdamConfig& ParamRegistry::config(std::size_t group) const {
+  return const_cast<ParamRegistry*>(this)->config(group);
+}
+
+void ParamRegistry::check_tensor_(const std::string& name, const char* what, const Tensor& t) const {
+  KOPT_THROW_IF(t.numel < 0, owner_ << ": " << what << " of '" << name << "' has negative numel "
+                                    << t.numel);
+  KOPT_THROW_IF(t.data == nullptr && t.numel > 0,
+                owner_ << ": " << what << " of '" << name << "' is a null pointer with numel "
+                       << t.numel);
+  KOPT_THROW_IF(!is_update_dtype(t.dtype), owner_ << ": " << what << " of '" << name << "' has dtype "
+                                                  << name_of(t.dtype)
+                                                  << ", which kopt does not update (f32, bf16, f16)");
+  KOPT_THROW_IF_AS(NotCompiled, (accepted_ & mask_of(t.space)) == 0,
+                   owner_ << ": " << what << " of '" << name << "' lives in memory space '"
+                          << name_of(t.space) << "', which this engine cannot reach");
+}
+
+void ParamRegistry::check_grad_(const std::string& name, const Tensor& param,
+                                const Tensor& grad) const {
+  if (grad.data == nullptr && grad.numel == 0) return;  // no gradient this step
+  check_tensor_(name, "grad", grad);
+  KOPT_THROW_IF_AS(ShapeMismatch, grad.numel != param.numel,
+                   owner_ << ": grad of '" << name << "' has " << grad.numel
+                          << " elements but the param has " << param.numel);
+}
+
+void ParamRegistry::add(const std::string& name, const Tensor& param, const Tensor& grad,
+                        std::size_t group) {
+  KOPT_THROW_IF(name.empty(), owner_ << ": a parameter needs a non-empty name");
+  KOPT_THROW_IF(index_.count(name) != 0, owner_ << ": parameter name '" << name
+                                                << "' is already registered");
+  KOPT_THROW_IF(group >= configs_.size(), owner_ << ": parameter '" << name << "' names group "
+                                                 << group << " but there are "
+                                                 << configs_.size() << " groups");
+  check_tensor_(name, "param", param);
+  check_grad_(name, param, grad);
+  ParamEntry entry;
+  entry.name = name;
+  entry.param = param;
+  entry.grad = grad;
+  entry.group = group;
+  entries_.reserve(entries_.size() + 1);  // the only step that can throw comes first
+  index_.emplace(name, entries_.size());
+  entries_.push_back(std::move(entry));
+}
+
+void ParamRegistry::set_grad(const std::string& name, const Tensor& grad) {
+  ParamEntry& entry = entries_[index_of(name)];
+  check_grad_(name, entry.param, grad);
+  entry.grad = grad;
+}
+
+void ParamRegistry::validate_configs() const {
+  for (std::size_t g = 0; g < configs_.size(); ++g) {
+    try {
+      configs_[g].validate();
+    } catch (const InvalidArgument& e) {
+      throw InvalidArgument(owner_ + ": group " + std::to_string(g) + ": " + e.what());
+    }
+  }
+}
+
+std::size_t ParamRegistry::index_of(const std::string& name) const {
+  const auto it = index_.find(name);
+  KOPT_THROW_IF(it == index_.end(), owner_ << ": no parameter named '" << name << "'");
+  return it->second;
+}
+
+std::pair<std::int64_t, std::int64_t> ParamRegistry::lay_out() {
+  first_new_ = laid_out_;
+  for (; laid_out_ < entries_.size(); ++laid_out_) {
+    ParamEntry& e = entries_[laid_out_];
+    e.state_offset = moment_elems_;
+    moment_elems_ += e.param.numel;
+    if (e.param.dtype != DType::f32) {
+      e.master_offset = master_elems_;
+      master_elems_ += e.param.numel;
+    }
+  }
+  return {moment_elems_, master_elems_};
+}
+
+}  // namespace kopt::Impl

@@ -1,0 +1,33 @@
+#include <kopt/runtime.hpp>
+#include <kopt/version.hpp>
+
+#include <Kokkos_Core.hpp>
+
+#include <sstream>
+
+namespace kopt {
+
+std::vector<std::string> enabled_spaces() {
+  std::vector<std::string> spaces;
+#ifdef KOKKOS_ENABLE_SERIAL
+  spaces.emplace_back("Serial");
+#endif
+#ifdef KOKKOS_ENABLE_OPENMP
+  spaces.emplace_back("OpenMP");
+#endif
+#ifdef KOKKOS_ENABLE_CUDA
+  spaces.emplace_back("Cuda");
+#endif
+  return spaces;
+}
+
+std::string build_info() {
+  std::ostringstream out;
+  out << "kopt " << KOPT_VERSION_STRING << " (Kokkos " << KOKKOS_VERSION / 10000 << '.'
+      << KOKKOS_VERSION / 100 % 100 << '.' << KOKKOS_VERSION % 100 << ':';
+  for (const auto& s : enabled_spaces()) out << ' ' << s;
+  out << ')';
+  return out.str();
+}
+
+}  // namespace kopt
