@@ -22,12 +22,10 @@ AdamStepScalars AdamStepScalars::make(const AdamConfig& c, std::int64_t t, doubl
   const double bc2 = c.bias_correction ? 1.0 - std::pow(c.beta2, static_cast<double>(t)) : 1.0;
   AdamStepScalars s;
   s.grad_scale = static_cast<float>(c.maximize ? -grad_scale : grad_scale);
-  s.beta1 = static_cast<float>(c.beta1);
   s.one_minus_beta1 = static_cast<float>(1.0 - c.beta1);
-  s.beta2 = static_cast<float>(c.beta2);
   s.one_minus_beta2 = static_cast<float>(1.0 - c.beta2);
   s.l2_decay = static_cast<float>(c.decoupled ? 0.0 : c.weight_decay);
-  s.param_decay = static_cast<float>(c.decoupled ? 1.0 - c.lr * c.weight_decay : 1.0);
+  s.lr_decay = static_cast<float>(c.decoupled ? c.lr * c.weight_decay : 0.0);
   s.step_size = static_cast<float>(c.lr / bc1);
   s.inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bc2));
   s.eps = static_cast<float>(c.eps);

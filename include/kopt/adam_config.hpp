@@ -40,10 +40,10 @@ struct AdamConfig {
 /// double from its group's config and its own step count t (t >= 1).
 struct AdamStepScalars {
   float grad_scale;       ///< clip/unscale factor, negated for maximize
-  float beta1, one_minus_beta1;
-  float beta2, one_minus_beta2;
+  float one_minus_beta1;
+  float one_minus_beta2;
   float l2_decay;         ///< Adam: weight_decay; AdamW: 0
-  float param_decay;      ///< AdamW: 1 - lr weight_decay; Adam: 1
+  float lr_decay;         ///< AdamW: lr weight_decay; Adam: 0
   float step_size;        ///< lr / bc1
   float inv_sqrt_bc2;     ///< 1 / sqrt(bc2)
   float eps;

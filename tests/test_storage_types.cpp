@@ -1,0 +1,192 @@
+// kopt::bfloat16 and kopt::float16 against an independent reference: the nearest
+// representable value found by search over all 65,536 encodings, ties to even.
+#include "test_support.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+namespace {
+
+using kopt::bfloat16;
+using kopt::float16;
+
+template <class H>
+float widen_bits(std::uint16_t bits) {
+  return H{bits}.to_float();
+}
+
+std::uint32_t bits_of(float f) {
+  std::uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+float float_of(std::uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+// Every non-negative finite encoding of H with its value, ascending, plus +Inf placed where
+// the next binade's first value would be (max + one ulp): rounding past max's midpoint must
+// give Inf, which is how IEEE defines overflow under round-to-nearest-even.
+template <class H>
+struct Encodings {
+  std::vector<std::pair<double, std::uint16_t>> table;
+  Encodings() {
+    const std::uint16_t inf = std::is_same_v<H, bfloat16> ? 0x7f80 : 0x7c00;
+    for (std::uint32_t b = 0; b < inf; ++b) {
+      const std::uint16_t bits = static_cast<std::uint16_t>(b);
+      table.emplace_back(static_cast<double>(widen_bits<H>(bits)), bits);
+    }
+    const double max = table.back().first;
+    const double ulp = max - table[table.size() - 2].first;
+    table.emplace_back(max + ulp, inf);
+  }
+  // The reference rounding of `x` (not NaN), written without kopt's bit tricks.
+  std::uint16_t round(float x) const {
+    const std::uint16_t sign = std::signbit(x) ? 0x8000 : 0;
+    const double a = std::fabs(static_cast<double>(x));
+    if (a >= table.back().first) return sign | table.back().second;
+    auto hi = std::upper_bound(table.begin(), table.end(), a,
+                               [](double v, const auto& e) { return v < e.first; });
+    auto lo = hi - 1;  // lo->first <= a < hi->first
+    const double dlo = a - lo->first, dhi = hi->first - a;
+    std::uint16_t pick;
+    if (dlo < dhi) pick = lo->second;
+    else if (dhi < dlo) pick = hi->second;
+    else pick = (lo->second & 1) == 0 ? lo->second : hi->second;  // tie: even mantissa
+    return sign | pick;
+  }
+};
+
+template <class H>
+bool is_nan_bits(std::uint16_t b) {
+  return std::isnan(widen_bits<H>(b));
+}
+
+template <class H>
+class StorageTypeTest : public ::testing::Test {};
+using Types16 = ::testing::Types<bfloat16, float16>;
+TYPED_TEST_SUITE(StorageTypeTest, Types16);
+
+TYPED_TEST(StorageTypeTest, AllBitPatternsRoundTripThroughFloat) {
+  using H = TypeParam;
+  for (std::uint32_t b = 0; b < 65536; ++b) {
+    const auto bits = static_cast<std::uint16_t>(b);
+    const float f = widen_bits<H>(bits);
+    const std::uint16_t back = H::from_float(f).bits;
+    if (is_nan_bits<H>(bits)) {
+      EXPECT_TRUE(is_nan_bits<H>(back)) << std::hex << b;
+      EXPECT_EQ(back & 0x8000, bits & 0x8000) << "NaN keeps its sign " << std::hex << b;
+    } else {
+      ASSERT_EQ(back, bits) << "pattern 0x" << std::hex << b << " -> " << f;
+    }
+  }
+}
+
+TYPED_TEST(StorageTypeTest, MatchesReferenceOnRandomFloats) {
+  using H = TypeParam;
+  const Encodings<H> enc;
+  std::mt19937 rng(12345);
+  std::uniform_int_distribution<std::uint32_t> any_bits;
+  std::uniform_real_distribution<float> unit(-4.0f, 4.0f);
+  std::size_t checked = 0;
+  for (int i = 0; i < 3'000'000; ++i) {
+    // Half uniform over all bit patterns (every exponent, subnormals, NaN, Inf), half
+    // uniform in [-4, 4) where training values live.
+    const float x = (i & 1) ? float_of(any_bits(rng)) : unit(rng);
+    const std::uint16_t got = H::from_float(x).bits;
+    if (std::isnan(x)) {
+      ASSERT_TRUE(is_nan_bits<H>(got)) << x;
+      continue;
+    }
+    ASSERT_EQ(got, enc.round(x)) << "x = " << x << " (0x" << std::hex << bits_of(x) << ")";
+    ++checked;
+  }
+  EXPECT_GT(checked, 2'900'000u);
+}
+
+TYPED_TEST(StorageTypeTest, TiesOverflowSubnormalsAndSpecials) {
+  using H = TypeParam;
+  const Encodings<H> enc;
+  std::vector<float> cases = {0.0f, -0.0f, std::numeric_limits<float>::infinity(),
+                              -std::numeric_limits<float>::infinity(),
+                              std::numeric_limits<float>::max(),
+                              std::numeric_limits<float>::denorm_min(),
+                              std::numeric_limits<float>::min()};
+  // Every midpoint between neighbouring encodings is a tie, and one float ulp either side.
+  for (std::size_t k = 0; k + 1 < enc.table.size(); k += 97) {
+    const float mid = static_cast<float>((enc.table[k].first + enc.table[k + 1].first) / 2);
+    for (float x : {mid, std::nextafter(mid, 0.0f), std::nextafter(mid, 1e38f)}) {
+      cases.push_back(x);
+      cases.push_back(-x);
+    }
+  }
+  for (float x : cases) EXPECT_EQ(H::from_float(x).bits, enc.round(x)) << x;
+  EXPECT_TRUE(is_nan_bits<H>(H::from_float(std::nanf("")).bits));
+  EXPECT_TRUE(is_nan_bits<H>(H::from_float(-std::nanf("")).bits));
+  EXPECT_EQ(H::from_float(-std::nanf("")).bits & 0x8000, 0x8000);
+}
+
+TEST(Float16, KnownValues) {
+  EXPECT_EQ(float16::from_float(1.0f).bits, 0x3c00);
+  EXPECT_EQ(float16::from_float(65504.0f).bits, 0x7bff);
+  EXPECT_EQ(float16::from_float(65519.996f).bits, 0x7bff);  // below the midpoint
+  EXPECT_EQ(float16::from_float(65520.0f).bits, 0x7c00);    // the midpoint: ties to Inf (even)
+  EXPECT_EQ(float16::from_float(std::ldexp(1.0f, -24)).bits, 0x0001);  // smallest subnormal
+  EXPECT_EQ(float16::from_float(std::ldexp(1.0f, -25)).bits, 0x0000);  // tie -> even (0)
+  EXPECT_EQ(float16::from_float(std::ldexp(3.0f, -25)).bits, 0x0002);  // tie -> even (2)
+  EXPECT_EQ(float16::from_float(std::ldexp(1.0f, -14)).bits, 0x0400);  // smallest normal
+  EXPECT_EQ(float16{0x0001}.to_float(), std::ldexp(1.0f, -24));
+}
+
+TEST(BFloat16, KnownValues) {
+  EXPECT_EQ(bfloat16::from_float(1.0f).bits, 0x3f80);
+  EXPECT_EQ(bfloat16::from_float(1.0f + std::ldexp(1.0f, -8)).bits, 0x3f80);  // tie -> even
+  EXPECT_EQ(bfloat16::from_float(1.0f + std::ldexp(3.0f, -8)).bits, 0x3f82);  // tie -> even
+  EXPECT_EQ(bfloat16::from_float(std::numeric_limits<float>::max()).bits, 0x7f80);  // Inf
+  EXPECT_EQ(bfloat16{0x0001}.to_float(), std::ldexp(1.0f, -133));  // subnormals kept
+}
+
+// The same conversions inside a kernel on every enabled space give the host's bits.
+template <class Space>
+class StorageTypeOnSpace : public ::testing::Test {};
+TYPED_TEST_SUITE(StorageTypeOnSpace, kopt_test::EnabledSpaces, kopt_test::SpaceName);
+
+template <class H, class Space>
+void check_kernel_matches_host(const std::vector<float>& inputs) {
+  kopt_test::SpaceArray<float, Space> in(inputs.size());
+  kopt_test::SpaceArray<std::uint16_t, Space> rounded(inputs.size());
+  kopt_test::SpaceArray<float, Space> widened(65536);
+  in.host = inputs;
+  in.upload();
+  auto in_v = in.view;
+  auto out_v = rounded.view;
+  auto wide_v = widened.view;
+  Kokkos::parallel_for(
+      "kopt_test::round", Kokkos::RangePolicy<Space>(0, inputs.size()),
+      KOKKOS_LAMBDA(const std::size_t i) { out_v(i) = H::from_float(in_v(i)).bits; });
+  Kokkos::parallel_for(
+      "kopt_test::widen", Kokkos::RangePolicy<Space>(0, 65536), KOKKOS_LAMBDA(const int b) {
+        wide_v(b) = H{static_cast<std::uint16_t>(b)}.to_float();
+      });
+  const auto& got = rounded.download();
+  const auto& wide = widened.download();
+  for (std::size_t i = 0; i < inputs.size(); ++i)
+    ASSERT_EQ(got[i], H::from_float(inputs[i]).bits) << inputs[i];
+  for (std::uint32_t b = 0; b < 65536; ++b)
+    ASSERT_EQ(bits_of(wide[b]), bits_of(H{static_cast<std::uint16_t>(b)}.to_float())) << b;
+}
+
+TYPED_TEST(StorageTypeOnSpace, KernelConversionsMatchHostBitwise) {
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<std::uint32_t> any_bits;
+  std::vector<float> inputs(1 << 20);
+  for (auto& x : inputs) x = float_of(any_bits(rng));
+  check_kernel_matches_host<bfloat16, TypeParam>(inputs);
+  check_kernel_matches_host<float16, TypeParam>(inputs);
+}
+
+}  // namespace

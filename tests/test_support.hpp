@@ -1,0 +1,97 @@
+#pragma once
+// Shared by the typed suites: the enabled execution spaces, and arrays that live in a
+// space's memory with a host copy to fill and check.
+
+#include <kopt/kopt.hpp>
+
+#include <gtest/gtest.h>
+
+#include <Kokkos_Core.hpp>
+
+#include <random>
+#include <string>
+#include <vector>
+
+namespace kopt_test {
+
+// The execution spaces this Kokkos enables, as a GoogleTest type list.
+template <class... Ts>
+struct SpaceList {
+  using gtest = ::testing::Types<Ts...>;
+  template <class T>
+  using with = SpaceList<Ts..., T>;
+};
+using Spaces0 = SpaceList<>;
+#ifdef KOKKOS_ENABLE_SERIAL
+using Spaces1 = Spaces0::with<Kokkos::Serial>;
+#else
+using Spaces1 = Spaces0;
+#endif
+#ifdef KOKKOS_ENABLE_OPENMP
+using Spaces2 = Spaces1::with<Kokkos::OpenMP>;
+#else
+using Spaces2 = Spaces1;
+#endif
+#ifdef KOKKOS_ENABLE_CUDA
+using Spaces3 = Spaces2::with<Kokkos::Cuda>;
+#else
+using Spaces3 = Spaces2;
+#endif
+using EnabledSpaces = Spaces3::gtest;
+
+// Readable names for typed tests: "Serial", "OpenMP", "Cuda".
+struct SpaceName {
+  template <class Space>
+  static std::string GetName(int) {
+    return Space::name();
+  }
+};
+
+// `n` elements of T in the memory of execution space `Space`, plus a host copy.
+template <class T, class Space>
+struct SpaceArray {
+  using memory_space = typename Space::memory_space;
+  Kokkos::View<T*, memory_space> view;
+  std::vector<T> host;
+
+  explicit SpaceArray(std::size_t n, const std::string& label = "kopt_test::array")
+      : view(label, n), host(n) {}
+  void upload() {
+    Kokkos::deep_copy(view, Kokkos::View<const T*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(
+                                host.data(), host.size()));
+  }
+  const std::vector<T>& download() {
+    Kokkos::fence();
+    Kokkos::deep_copy(Kokkos::View<T*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(host.data(),
+                                                                                   host.size()),
+                      view);
+    return host;
+  }
+  kopt::Tensor tensor() const { return kopt::Tensor(view); }
+  std::size_t size() const { return host.size(); }
+};
+
+// Widened host values of a host array.
+template <class T>
+std::vector<double> widen(const std::vector<T>& v) {
+  std::vector<double> out(v.size());
+  for (std::size_t i = 0; i < v.size(); ++i) out[i] = kopt::Impl::to_float(v[i]);
+  return out;
+}
+
+// Host values of a state view.
+template <class MemSpace>
+std::vector<double> to_host(const Kokkos::View<const float*, MemSpace>& v) {
+  Kokkos::fence();
+  auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), v);
+  return std::vector<double>(h.data(), h.data() + h.extent(0));
+}
+
+// Uniform floats in [lo, hi), rounded to T.
+template <class T>
+void fill_uniform(std::vector<T>& v, std::mt19937& rng, float lo, float hi) {
+  std::uniform_real_distribution<float> dist(lo, hi);
+  for (auto& x : v) x = kopt::Impl::from_float<T>(dist(rng));
+}
+
+}  // namespace kopt_test
