@@ -66,9 +66,13 @@ void ParamRegistry::add(const std::string& name, const Tensor& param, const Tens
   entry.param = param;
   entry.grad = grad;
   entry.group = group;
-  entries_.reserve(entries_.size() + 1);  // the only step that can throw comes first
-  index_.emplace(name, entries_.size());
   entries_.push_back(std::move(entry));
+  try {
+    index_.emplace(name, entries_.size() - 1);
+  } catch (...) {
+    entries_.pop_back();  // leave the registry as it was
+    throw;
+  }
 }
 
 void ParamRegistry::set_grad(const std::string& name, const Tensor& grad) {
@@ -94,14 +98,17 @@ std::size_t ParamRegistry::index_of(const std::string& name) const {
 }
 
 std::pair<std::int64_t, std::int64_t> ParamRegistry::lay_out() {
+  // Every param's state starts on a 64-byte boundary (16 floats): vector loads of a small
+  // tensor's state then never straddle cache lines, which costs ~20% on many small tensors.
+  const auto padded = [](std::int64_t n) { return (n + 15) / 16 * 16; };
   first_new_ = laid_out_;
   for (; laid_out_ < entries_.size(); ++laid_out_) {
     ParamEntry& e = entries_[laid_out_];
     e.state_offset = moment_elems_;
-    moment_elems_ += e.param.numel;
+    moment_elems_ += padded(e.param.numel);
     if (e.param.dtype != DType::f32) {
       e.master_offset = master_elems_;
-      master_elems_ += e.param.numel;
+      master_elems_ += padded(e.param.numel);
     }
   }
   return {moment_elems_, master_elems_};

@@ -15,8 +15,14 @@ endfunction()
 # -fno-math-errno: GCC will not vectorize a loop calling sqrt while sqrt may set errno.
 # -ffp-contract=off: no FMA contraction, so a vectorized loop and its scalar remainder give the
 #   same bits, and Serial and OpenMP builds agree bitwise whatever the thread count.
+# -march=native (kopt_ENABLE_NATIVE): the update does a sqrt and a divide per element; with
+#   the x86-64 baseline (SSE2, 4 floats per instruction) that arithmetic, not memory, bounds a
+#   core with fast memory. Spack builds get their target's flags from Spack itself.
 function(kopt_kernel_flags target)
   if(CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")
     target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-fno-math-errno -ffp-contract=off>)
+    if(kopt_ENABLE_NATIVE)
+      target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-march=native>)
+    endif()
   endif()
 endfunction()
