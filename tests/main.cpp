@@ -3,7 +3,18 @@
 
 #include <Kokkos_Core.hpp>
 
+#include <cstdlib>
+#include <cstring>
+
 int main(int argc, char** argv) {
+  // CTest lists the tests by running this binary; Kokkos must not print into that list.
+  for (int i = 1; i < argc; ++i)
+    if (std::strcmp(argv[i], "--gtest_list_tests") == 0) {
+      ::testing::InitGoogleTest(&argc, argv);
+      return RUN_ALL_TESTS();
+    }
+  // Unpinned threads: the suite runs several processes at once on few cores.
+  setenv("OMP_PROC_BIND", "false", /*overwrite=*/0);
   ::testing::InitGoogleTest(&argc, argv);
   Kokkos::ScopeGuard kokkos(argc, argv);
   return RUN_ALL_TESTS();
