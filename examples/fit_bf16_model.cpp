@@ -2,16 +2,15 @@
 // (the default execution space's memory), gradients computed there in fp32, and kopt
 // running AdamW on fp32 master copies in the same space. Fits w to a target by minimizing
 // 0.5 * ||w - target||^2 and checks that the loss fell. Build with kopt_ENABLE_EXAMPLES=ON.
-#include <kopt/kopt.hpp>
-
 #include <cstdio>
+#include <kopt/kopt.hpp>
 
 using Space = Kokkos::DefaultExecutionSpace;
 using Mem = Space::memory_space;
 
 // grad = w - target, and the loss, in one pass.
-double gradient(const Kokkos::View<kopt::bfloat16*, Mem>& w, const Kokkos::View<float*, Mem>& target,
-                const Kokkos::View<float*, Mem>& grad) {
+double gradient(const Kokkos::View<kopt::bfloat16*, Mem>& w,
+                const Kokkos::View<float*, Mem>& target, const Kokkos::View<float*, Mem>& grad) {
   double loss = 0.0;
   Kokkos::parallel_reduce(
       "example::gradient", Kokkos::RangePolicy<Space>(0, w.extent(0)),

@@ -1,18 +1,17 @@
 // The fused Adam step on every enabled space, each measured beside its memory ceiling in
 // the same run (see ceiling.hpp): rates, bytes/s (28 B/element, see DESIGN) and the fraction
 // of the ceiling. Timings alternate between the two kernels so machine noise hits both.
-#include "ceiling.hpp"
-
-#include <kopt/kopt.hpp>
-
 #include <benchmark/benchmark.h>
 
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <kopt/kopt.hpp>
 #include <random>
 #include <string>
 #include <thread>
+
+#include "ceiling.hpp"
 
 namespace {
 
@@ -51,8 +50,13 @@ void bm_fused_step(benchmark::State& state) {
   opt.step();  // allocates and first-touches the state (in parallel, like every step)
   const auto s = opt.state("w");
   kopt_perf::CeilingFunctor<ExecSpace, ParamT, GradT> ceiling{
-      param.data(), grad.data(), const_cast<float*>(s.master.data()),
-      const_cast<float*>(s.exp_avg.data()), const_cast<float*>(s.exp_avg_sq.data()), n, 0.0f};
+      param.data(),
+      grad.data(),
+      const_cast<float*>(s.master.data()),
+      const_cast<float*>(s.exp_avg.data()),
+      const_cast<float*>(s.exp_avg_sq.data()),
+      n,
+      0.0f};
   kopt_perf::run_ceiling(exec, ceiling);
   exec.fence();
   double adam_total = 0.0, ceiling_total = 0.0;
@@ -103,7 +107,8 @@ void bm_many_tensors(benchmark::State& state) {
              kopt::Tensor(Kokkos::subview(grad, range)));
   }
   const auto all = std::make_pair(std::int64_t{0}, payload);
-  one.add("all", kopt::Tensor(Kokkos::subview(param, all)), kopt::Tensor(Kokkos::subview(grad, all)));
+  one.add("all", kopt::Tensor(Kokkos::subview(param, all)),
+          kopt::Tensor(Kokkos::subview(grad, all)));
   many.step();
   one.step();
   exec.fence();
@@ -117,7 +122,8 @@ void bm_many_tensors(benchmark::State& state) {
   }
   const double iters = static_cast<double>(state.iterations());
   state.counters["Gelem/s"] = static_cast<double>(payload) * iters / many_total / 1e9;
-  state.counters["GB/s"] = kBytesPerElement * static_cast<double>(payload) * iters / many_total / 1e9;
+  state.counters["GB/s"] =
+      kBytesPerElement * static_cast<double>(payload) * iters / many_total / 1e9;
   state.counters["of_one_tensor"] = one_total / many_total;
   state.counters["threads"] = exec.concurrency();
 }
@@ -152,7 +158,8 @@ int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
   benchmark::AddCustomContext("kopt", kopt::build_info());
   benchmark::AddCustomContext("load_average_at_start", load_average());
-  benchmark::AddCustomContext("hardware_threads", std::to_string(std::thread::hardware_concurrency()));
+  benchmark::AddCustomContext("hardware_threads",
+                              std::to_string(std::thread::hardware_concurrency()));
 #ifdef KOKKOS_ENABLE_SERIAL
   register_space<Kokkos::Serial>("Serial");
 #endif

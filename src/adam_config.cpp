@@ -1,7 +1,6 @@
+#include <cmath>
 #include <kopt/adam_config.hpp>
 #include <kopt/error.hpp>
-
-#include <cmath>
 
 namespace kopt {
 

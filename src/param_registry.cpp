@@ -1,6 +1,5 @@
 #include <kopt/error.hpp>
 #include <kopt/impl/param_registry.hpp>
-
 #include <utility>
 
 namespace kopt::Impl {
@@ -19,8 +18,8 @@ std::size_t ParamRegistry::add_group(const AdamConfig& config) {
 }
 
 AdamConfig& ParamRegistry::config(std::size_t group) {
-  KOPT_THROW_IF(group >= configs_.size(),
-                owner_ << ": group " << group << " does not exist (" << configs_.size() << " groups)");
+  KOPT_THROW_IF(group >= configs_.size(), owner_ << ": group " << group << " does not exist ("
+                                                 << configs_.size() << " groups)");
   return configs_[group];
 }
 
@@ -28,15 +27,16 @@ const AdamConfig& ParamRegistry::config(std::size_t group) const {
   return const_cast<ParamRegistry*>(this)->config(group);
 }
 
-void ParamRegistry::check_tensor_(const std::string& name, const char* what, const Tensor& t) const {
-  KOPT_THROW_IF(t.numel < 0, owner_ << ": " << what << " of '" << name << "' has negative numel "
-                                    << t.numel);
-  KOPT_THROW_IF(t.data == nullptr && t.numel > 0,
-                owner_ << ": " << what << " of '" << name << "' is a null pointer with numel "
-                       << t.numel);
-  KOPT_THROW_IF(!is_update_dtype(t.dtype), owner_ << ": " << what << " of '" << name << "' has dtype "
-                                                  << name_of(t.dtype)
-                                                  << ", which kopt does not update (f32, bf16, f16)");
+void ParamRegistry::check_tensor_(const std::string& name, const char* what,
+                                  const Tensor& t) const {
+  KOPT_THROW_IF(t.numel < 0,
+                owner_ << ": " << what << " of '" << name << "' has negative numel " << t.numel);
+  KOPT_THROW_IF(t.data == nullptr && t.numel > 0, owner_ << ": " << what << " of '" << name
+                                                         << "' is a null pointer with numel "
+                                                         << t.numel);
+  KOPT_THROW_IF(!is_update_dtype(t.dtype),
+                owner_ << ": " << what << " of '" << name << "' has dtype " << name_of(t.dtype)
+                       << ", which kopt does not update (f32, bf16, f16)");
   KOPT_THROW_IF_AS(NotCompiled, (accepted_ & mask_of(t.space)) == 0,
                    owner_ << ": " << what << " of '" << name << "' lives in memory space '"
                           << name_of(t.space) << "', which this engine cannot reach");
@@ -54,11 +54,11 @@ void ParamRegistry::check_grad_(const std::string& name, const Tensor& param,
 void ParamRegistry::add(const std::string& name, const Tensor& param, const Tensor& grad,
                         std::size_t group) {
   KOPT_THROW_IF(name.empty(), owner_ << ": a parameter needs a non-empty name");
-  KOPT_THROW_IF(index_.count(name) != 0, owner_ << ": parameter name '" << name
-                                                << "' is already registered");
+  KOPT_THROW_IF(index_.count(name) != 0,
+                owner_ << ": parameter name '" << name << "' is already registered");
   KOPT_THROW_IF(group >= configs_.size(), owner_ << ": parameter '" << name << "' names group "
-                                                 << group << " but there are "
-                                                 << configs_.size() << " groups");
+                                                 << group << " but there are " << configs_.size()
+                                                 << " groups");
   check_tensor_(name, "param", param);
   check_grad_(name, param, grad);
   ParamEntry entry;

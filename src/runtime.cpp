@@ -1,8 +1,6 @@
+#include <Kokkos_Core.hpp>
 #include <kopt/runtime.hpp>
 #include <kopt/version.hpp>
-
-#include <Kokkos_Core.hpp>
-
 #include <sstream>
 
 namespace kopt {

@@ -2,12 +2,12 @@
 // A fused-Adam problem on one execution space beside its double-precision reference: the
 // same params, grads and configs handed to kopt::FusedAdam and to ReferenceAdam.
 
-#include "reference_adam.hpp"
-#include "test_support.hpp"
-
 #include <cfloat>
 #include <cmath>
 #include <memory>
+
+#include "reference_adam.hpp"
+#include "test_support.hpp"
 
 namespace kopt_test {
 
@@ -19,9 +19,12 @@ inline double fp32_bound(int steps) { return FLT_EPSILON * (3.0 + std::sqrt(doub
 // fp32 error.
 template <class H>
 double storage_bound(int steps) {
-  if constexpr (std::is_same_v<H, float>) return fp32_bound(steps);
-  else if constexpr (std::is_same_v<H, kopt::bfloat16>) return std::ldexp(1.0, -8) + fp32_bound(steps);
-  else return std::ldexp(1.0, -11) + fp32_bound(steps);
+  if constexpr (std::is_same_v<H, float>)
+    return fp32_bound(steps);
+  else if constexpr (std::is_same_v<H, kopt::bfloat16>)
+    return std::ldexp(1.0, -8) + fp32_bound(steps);
+  else
+    return std::ldexp(1.0, -11) + fp32_bound(steps);
 }
 
 template <class Space, class P, class G>
@@ -58,7 +61,8 @@ struct AdamCase {
       grads[j]->upload();
     }
     opt.step(grad_scale);
-    for (std::size_t j = 0; j < grads.size(); ++j) refs[j].update(widen(grads[j]->host), grad_scale);
+    for (std::size_t j = 0; j < grads.size(); ++j)
+      refs[j].update(widen(grads[j]->host), grad_scale);
   }
 
   // Checks params, masters and moments of every param against the reference.
@@ -90,9 +94,9 @@ struct AdamCase {
 // Five groups that between them exercise every switch of AdamConfig.
 inline std::vector<kopt::AdamConfig> every_variant() {
   return {
-      kopt::AdamConfig{},                                                      // AdamW defaults
-      kopt::AdamConfig{.lr = 3e-3, .weight_decay = 0.1, .decoupled = false},   // Adam + L2
-      kopt::AdamConfig{.lr = 2e-3, .beta2 = 0.99, .amsgrad = true},            // AMSGrad
+      kopt::AdamConfig{},                                                     // AdamW defaults
+      kopt::AdamConfig{.lr = 3e-3, .weight_decay = 0.1, .decoupled = false},  // Adam + L2
+      kopt::AdamConfig{.lr = 2e-3, .beta2 = 0.99, .amsgrad = true},           // AMSGrad
       kopt::AdamConfig{.lr = 5e-4, .eps = 1e-6, .weight_decay = 0.0, .maximize = true},
       kopt::AdamConfig{.beta1 = 0.8, .weight_decay = 0.05, .bias_correction = false},
   };

@@ -2,7 +2,6 @@
 #include <gtest/gtest.h>
 
 #include <Kokkos_Core.hpp>
-
 #include <cstdlib>
 #include <cstring>
 

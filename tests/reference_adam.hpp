@@ -2,11 +2,10 @@
 // The test oracle: Adam/AdamW in double precision, written the way torch.optim.Adam/AdamW
 // (single-tensor path) states it, independently of kopt's kernel and scalars.
 
-#include <kopt/adam_config.hpp>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <kopt/adam_config.hpp>
 #include <vector>
 
 namespace kopt_test {
@@ -17,8 +16,11 @@ struct ReferenceAdam {
   std::int64_t step = 0;
 
   ReferenceAdam(const kopt::AdamConfig& c, std::vector<double> p)
-      : config(c), param(std::move(p)), exp_avg(param.size(), 0.0),
-        exp_avg_sq(param.size(), 0.0), max_exp_avg_sq(param.size(), 0.0) {}
+      : config(c),
+        param(std::move(p)),
+        exp_avg(param.size(), 0.0),
+        exp_avg_sq(param.size(), 0.0),
+        max_exp_avg_sq(param.size(), 0.0) {}
 
   // One step with gradient `grad` (already as the kernel sees it, e.g. rounded to bf16),
   // multiplied by `grad_scale`.

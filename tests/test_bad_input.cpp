@@ -28,8 +28,8 @@ TEST(AdamConfigValidate, NamesTheFieldAndTheValue) {
   expect_error<kopt::InvalidArgument>([] { kopt::AdamConfig{.eps = 0}.validate(); }, "eps = 0");
   expect_error<kopt::InvalidArgument>(
       [] { kopt::AdamConfig{.weight_decay = std::nan("")}.validate(); }, "weight_decay = nan");
-  expect_error<kopt::InvalidArgument>(
-      [] { kopt::AdamConfig{.lr = INFINITY}.validate(); }, "lr = inf");
+  expect_error<kopt::InvalidArgument>([] { kopt::AdamConfig{.lr = INFINITY}.validate(); },
+                                      "lr = inf");
   EXPECT_NO_THROW(kopt::AdamConfig{}.validate());
 }
 

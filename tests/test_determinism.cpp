@@ -1,9 +1,9 @@
 // Serial and OpenMP give bitwise identical results for the same inputs. CTest runs this at
 // OMP_NUM_THREADS = 1, 2 and 4 (KOPT_TEST_THREADS says which, and is checked).
-#include "adam_case.hpp"
-
 #include <cstdlib>
 #include <cstring>
+
+#include "adam_case.hpp"
 
 #if defined(KOKKOS_ENABLE_SERIAL) && defined(KOKKOS_ENABLE_OPENMP)
 

@@ -20,8 +20,8 @@ void check_pair(int steps) {
                kopt::name_of(kopt::dtype_of<G>()));
   // Sizes 0, 1, 13, a non-multiple of the chunk size and several chunks, spread over the
   // five variant groups (so each group sees several sizes).
-  const std::vector<std::size_t> sizes = {0, 1, 13, kChunk + 7, 3 * kChunk + 1, 13, 1, 0,
-                                          kChunk - 1, 100, 257};
+  const std::vector<std::size_t> sizes = {0, 1,          13,  kChunk + 7, 3 * kChunk + 1, 13, 1,
+                                          0, kChunk - 1, 100, 257};
   AdamCase<Space, P, G> c(every_variant(), sizes);
   for (int s = 0; s < steps; ++s) c.step(s % 2 ? 0.5 : 1.0);
   c.expect_matches_reference(steps);

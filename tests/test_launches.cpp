@@ -1,8 +1,8 @@
 // One launch per step for many tensors, and every kernel and allocation labelled "kopt::",
 // observed through Kokkos' tool callbacks.
-#include "adam_case.hpp"
-
 #include <impl/Kokkos_Profiling.hpp>
+
+#include "adam_case.hpp"
 
 namespace {
 

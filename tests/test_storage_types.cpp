@@ -1,11 +1,11 @@
 // kopt::bfloat16 and kopt::float16 against an independent reference: the nearest
 // representable value found by search over all 65,536 encodings, ties to even.
-#include "test_support.hpp"
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
+
+#include "test_support.hpp"
 
 namespace {
 
@@ -54,9 +54,12 @@ struct Encodings {
     auto lo = hi - 1;  // lo->first <= a < hi->first
     const double dlo = a - lo->first, dhi = hi->first - a;
     std::uint16_t pick;
-    if (dlo < dhi) pick = lo->second;
-    else if (dhi < dlo) pick = hi->second;
-    else pick = (lo->second & 1) == 0 ? lo->second : hi->second;  // tie: even mantissa
+    if (dlo < dhi)
+      pick = lo->second;
+    else if (dhi < dlo)
+      pick = hi->second;
+    else
+      pick = (lo->second & 1) == 0 ? lo->second : hi->second;  // tie: even mantissa
     return sign | pick;
   }
 };
@@ -111,7 +114,9 @@ TYPED_TEST(StorageTypeTest, MatchesReferenceOnRandomFloats) {
 TYPED_TEST(StorageTypeTest, TiesOverflowSubnormalsAndSpecials) {
   using H = TypeParam;
   const Encodings<H> enc;
-  std::vector<float> cases = {0.0f, -0.0f, std::numeric_limits<float>::infinity(),
+  std::vector<float> cases = {0.0f,
+                              -0.0f,
+                              std::numeric_limits<float>::infinity(),
                               -std::numeric_limits<float>::infinity(),
                               std::numeric_limits<float>::max(),
                               std::numeric_limits<float>::denorm_min(),
@@ -144,8 +149,8 @@ TEST(Float16, KnownValues) {
 
 TEST(BFloat16, KnownValues) {
   EXPECT_EQ(bfloat16::from_float(1.0f).bits, 0x3f80);
-  EXPECT_EQ(bfloat16::from_float(1.0f + std::ldexp(1.0f, -8)).bits, 0x3f80);  // tie -> even
-  EXPECT_EQ(bfloat16::from_float(1.0f + std::ldexp(3.0f, -8)).bits, 0x3f82);  // tie -> even
+  EXPECT_EQ(bfloat16::from_float(1.0f + std::ldexp(1.0f, -8)).bits, 0x3f80);        // tie -> even
+  EXPECT_EQ(bfloat16::from_float(1.0f + std::ldexp(3.0f, -8)).bits, 0x3f82);        // tie -> even
   EXPECT_EQ(bfloat16::from_float(std::numeric_limits<float>::max()).bits, 0x7f80);  // Inf
   EXPECT_EQ(bfloat16{0x0001}.to_float(), std::ldexp(1.0f, -133));  // subnormals kept
 }
@@ -169,9 +174,8 @@ void check_kernel_matches_host(const std::vector<float>& inputs) {
       "kopt_test::round", Kokkos::RangePolicy<Space>(0, inputs.size()),
       KOKKOS_LAMBDA(const std::size_t i) { out_v(i) = H::from_float(in_v(i)).bits; });
   Kokkos::parallel_for(
-      "kopt_test::widen", Kokkos::RangePolicy<Space>(0, 65536), KOKKOS_LAMBDA(const int b) {
-        wide_v(b) = H{static_cast<std::uint16_t>(b)}.to_float();
-      });
+      "kopt_test::widen", Kokkos::RangePolicy<Space>(0, 65536),
+      KOKKOS_LAMBDA(const int b) { wide_v(b) = H{static_cast<std::uint16_t>(b)}.to_float(); });
   const auto& got = rounded.download();
   const auto& wide = widened.download();
   for (std::size_t i = 0; i < inputs.size(); ++i)

@@ -2,12 +2,10 @@
 // Shared by the typed suites: the enabled execution spaces, and arrays that live in a
 // space's memory with a host copy to fill and check.
 
-#include <kopt/kopt.hpp>
-
 #include <gtest/gtest.h>
 
 #include <Kokkos_Core.hpp>
-
+#include <kopt/kopt.hpp>
 #include <random>
 #include <string>
 #include <vector>
@@ -62,9 +60,9 @@ struct SpaceArray {
   }
   const std::vector<T>& download() {
     Kokkos::fence();
-    Kokkos::deep_copy(Kokkos::View<T*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(host.data(),
-                                                                                   host.size()),
-                      view);
+    Kokkos::deep_copy(
+        Kokkos::View<T*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(host.data(), host.size()),
+        view);
     return host;
   }
   kopt::Tensor tensor() const { return kopt::Tensor(view); }

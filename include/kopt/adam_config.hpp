@@ -39,13 +39,13 @@ struct AdamConfig {
 /// The float scalars one parameter's update needs this step, computed once on the host in
 /// double from its group's config and its own step count t (t >= 1).
 struct AdamStepScalars {
-  float grad_scale;       ///< clip/unscale factor, negated for maximize
+  float grad_scale;  ///< clip/unscale factor, negated for maximize
   float one_minus_beta1;
   float one_minus_beta2;
-  float l2_decay;         ///< Adam: weight_decay; AdamW: 0
-  float lr_decay;         ///< AdamW: lr weight_decay; Adam: 0
-  float step_size;        ///< lr / bc1
-  float inv_sqrt_bc2;     ///< 1 / sqrt(bc2)
+  float l2_decay;      ///< Adam: weight_decay; AdamW: 0
+  float lr_decay;      ///< AdamW: lr weight_decay; Adam: 0
+  float step_size;     ///< lr / bc1
+  float inv_sqrt_bc2;  ///< 1 / sqrt(bc2)
   float eps;
 
   /// Step scalars for step `t` of a param in a group with `config`; `grad_scale` is the

@@ -7,22 +7,20 @@
 /// tensors is one launch of about the same cost as one tensor of the same total size.
 /// Per-tensor pointers and step scalars sit in a slot table, read once per chunk.
 
+#include <Kokkos_Core.hpp>
+#include <cstdint>
 #include <kopt/adam_update.hpp>
 #include <kopt/compat.hpp>
 #include <kopt/storage_types.hpp>
-
-#include <Kokkos_Core.hpp>
-
-#include <cstdint>
 #include <type_traits>
 
 namespace kopt::Impl {
 
 /// One parameter's memory and this step's scalars, as the kernel sees them.
 struct AdamSlot {
-  void* param = nullptr;          ///< ParamT*
-  const void* grad = nullptr;     ///< GradT*
-  float* master = nullptr;        ///< fp32 master of a 16-bit param, else null
+  void* param = nullptr;       ///< ParamT*
+  const void* grad = nullptr;  ///< GradT*
+  float* master = nullptr;     ///< fp32 master of a 16-bit param, else null
   float* exp_avg = nullptr;
   float* exp_avg_sq = nullptr;
   float* max_exp_avg_sq = nullptr;  ///< amsgrad only
@@ -94,16 +92,14 @@ void launch_chunks(const ExecSpace& exec, const std::string& label, std::int64_t
                    const Functor& functor) {
   if (num_chunks == 0) return;
   if constexpr (runs_on_host<ExecSpace>) {
-    Kokkos::parallel_for(
-        label,
-        Kokkos::RangePolicy<ExecSpace, Kokkos::Schedule<Kokkos::Dynamic>, Kokkos::IndexType<std::int64_t>>(
-            exec, 0, num_chunks),
-        functor);
-  } else {
     Kokkos::parallel_for(label,
-                         Kokkos::TeamPolicy<ExecSpace>(exec, static_cast<int>(num_chunks),
-                                                       device_team_size),
+                         Kokkos::RangePolicy<ExecSpace, Kokkos::Schedule<Kokkos::Dynamic>,
+                                             Kokkos::IndexType<std::int64_t>>(exec, 0, num_chunks),
                          functor);
+  } else {
+    Kokkos::parallel_for(
+        label, Kokkos::TeamPolicy<ExecSpace>(exec, static_cast<int>(num_chunks), device_team_size),
+        functor);
   }
 }
 
@@ -114,8 +110,8 @@ struct WidenToMasterFunctor {
   Kokkos::View<const AdamSlot*, memory_space> slots_;
   Kokkos::View<const Chunk*, memory_space> chunks_;
 
-  KOKKOS_FORCEINLINE_FUNCTION void widen(const AdamSlot& slot, std::int64_t begin,
-                                         std::int64_t end, std::int64_t stride) const {
+  KOKKOS_FORCEINLINE_FUNCTION void widen(const AdamSlot& slot, std::int64_t begin, std::int64_t end,
+                                         std::int64_t stride) const {
     const ParamT* KOPT_RESTRICT param = static_cast<const ParamT*>(slot.param);
     float* KOPT_RESTRICT master = slot.master;
     for (std::int64_t i = begin; i < end; i += stride) master[i] = to_float(param[i]);

@@ -24,8 +24,8 @@ namespace kopt::Impl {
 /// p, m, v (+ the rounded 16-bit param): 28 bytes for fp32 and for bf16/f16 with master.
 /// `vmax` is read and written only when Amsgrad (4 + 4 more bytes).
 template <bool Amsgrad>
-KOKKOS_FORCEINLINE_FUNCTION float adam_update(float p, float grad, float& m, float& v,
-                                              float& vmax, const AdamStepScalars& s) {
+KOKKOS_FORCEINLINE_FUNCTION float adam_update(float p, float grad, float& m, float& v, float& vmax,
+                                              const AdamStepScalars& s) {
   const float g = grad * s.grad_scale + s.l2_decay * p;
   m = m + s.one_minus_beta1 * (g - m);
   v = v + s.one_minus_beta2 * (g * g - v);

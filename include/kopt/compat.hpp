@@ -5,7 +5,6 @@
 /// KOKKOS_VERSION_GREATER_EQUAL macro does not exist in 3.4.
 
 #include <Kokkos_Core.hpp>
-
 #include <string>
 
 #if KOKKOS_VERSION >= 30700

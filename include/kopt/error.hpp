@@ -59,13 +59,13 @@ inline std::string error_message(const std::string& msg, const char* file, int l
 
 /// Throws `ErrorType` with a message built by streaming `msg` when `cond` holds.
 /// Use for user input; internal invariants use assert.
-#define KOPT_THROW_IF_AS(ErrorType, cond, msg)                                      \
-  do {                                                                              \
-    if (cond) {                                                                     \
-      std::ostringstream kopt_msg_;                                                 \
-      kopt_msg_ << msg;                                                             \
+#define KOPT_THROW_IF_AS(ErrorType, cond, msg)                                           \
+  do {                                                                                   \
+    if (cond) {                                                                          \
+      std::ostringstream kopt_msg_;                                                      \
+      kopt_msg_ << msg;                                                                  \
       throw ErrorType(::kopt::Impl::error_message(kopt_msg_.str(), __FILE__, __LINE__)); \
-    }                                                                               \
+    }                                                                                    \
   } while (false)
 
 /// Throws kopt::InvalidArgument when `cond` holds.

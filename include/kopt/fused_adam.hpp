@@ -5,14 +5,12 @@
 /// masters of 16-bit params) in that space and updates every parameter in one launch per
 /// (param dtype, grad dtype, amsgrad) class present, normally one.
 
+#include <Kokkos_Core.hpp>
+#include <cstdint>
 #include <kopt/adam_config.hpp>
 #include <kopt/adam_kernel.hpp>
 #include <kopt/impl/param_registry.hpp>
 #include <kopt/tensor.hpp>
-
-#include <Kokkos_Core.hpp>
-
-#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -50,8 +48,7 @@ class FusedAdam {
   /// f16, and have equal numel; a null grad means no gradient yet. A 16-bit param gets an
   /// fp32 master copy, taken from the param when the state is first allocated (at the first
   /// step() or state() call). Throws a kopt::Error and changes nothing on bad input.
-  void add(const std::string& name, const Tensor& param, const Tensor& grad,
-           std::size_t group = 0);
+  void add(const std::string& name, const Tensor& param, const Tensor& grad, std::size_t group = 0);
   /// Replaces the grad of `name`; a null Tensor means no gradient this step (the param and
   /// its state are then left untouched by step()). Validates first.
   void set_grad(const std::string& name, const Tensor& grad) { registry_.set_grad(name, grad); }

@@ -10,7 +10,6 @@
 /// +-Inf stays +-Inf; fp16 overflow gives +-Inf and tiny values become fp16 subnormals.
 
 #include <Kokkos_Macros.hpp>
-
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
@@ -90,7 +89,8 @@ struct float16 {
     const std::uint32_t normal = ((e + 112u) << 23) | (m << 13);
     const std::uint32_t special = 0x7f800000u | (m << 13);  // Inf, or NaN with its payload
     // A subnormal is m * 2^-24; the product is exact (m < 2^10, scaled by a power of two).
-    const std::uint32_t subnormal = Impl::float_bits(static_cast<float>(m) * 5.9604644775390625e-8f);
+    const std::uint32_t subnormal =
+        Impl::float_bits(static_cast<float>(m) * 5.9604644775390625e-8f);
     const std::uint32_t mag = e == 0x1fu ? special : (e != 0u ? normal : subnormal);
     return Impl::bits_float(sign | mag);
   }

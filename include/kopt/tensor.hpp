@@ -2,11 +2,9 @@
 /// \file
 /// kopt::Tensor: a non-owning handle on memory the training code owns.
 
-#include <kopt/storage_types.hpp>
-
 #include <Kokkos_Core.hpp>
-
 #include <cstdint>
+#include <kopt/storage_types.hpp>
 #include <string>
 #include <type_traits>
 
@@ -31,26 +29,36 @@ const char* name_of(MemorySpace space);
 template <class T>
 constexpr DType dtype_of() {
   using U = std::remove_const_t<T>;
-  if constexpr (std::is_same_v<U, float>) return DType::f32;
-  else if constexpr (std::is_same_v<U, bfloat16>) return DType::bf16;
-  else if constexpr (std::is_same_v<U, float16>) return DType::f16;
-  else if constexpr (std::is_same_v<U, double>) return DType::f64;
-  else if constexpr (std::is_same_v<U, std::int32_t>) return DType::i32;
-  else static_assert(!sizeof(U), "kopt::dtype_of: element type has no kopt::DType");
+  if constexpr (std::is_same_v<U, float>)
+    return DType::f32;
+  else if constexpr (std::is_same_v<U, bfloat16>)
+    return DType::bf16;
+  else if constexpr (std::is_same_v<U, float16>)
+    return DType::f16;
+  else if constexpr (std::is_same_v<U, double>)
+    return DType::f64;
+  else if constexpr (std::is_same_v<U, std::int32_t>)
+    return DType::i32;
+  else
+    static_assert(!sizeof(U), "kopt::dtype_of: element type has no kopt::DType");
 }
 
 /// The MemorySpace of a Kokkos memory space type.
 template <class KokkosSpace>
 constexpr MemorySpace memory_space_of() {
 #ifdef KOKKOS_ENABLE_CUDA
-  if constexpr (std::is_same_v<KokkosSpace, Kokkos::CudaSpace>) return MemorySpace::cuda;
-  else if constexpr (std::is_same_v<KokkosSpace, Kokkos::CudaUVMSpace>) return MemorySpace::cuda_uvm;
+  if constexpr (std::is_same_v<KokkosSpace, Kokkos::CudaSpace>)
+    return MemorySpace::cuda;
+  else if constexpr (std::is_same_v<KokkosSpace, Kokkos::CudaUVMSpace>)
+    return MemorySpace::cuda_uvm;
   else if constexpr (std::is_same_v<KokkosSpace, Kokkos::CudaHostPinnedSpace>)
     return MemorySpace::cuda_host_pinned;
   else
 #endif
-  if constexpr (std::is_same_v<KokkosSpace, Kokkos::HostSpace>) return MemorySpace::host;
-  else static_assert(!sizeof(KokkosSpace), "kopt::memory_space_of: unsupported memory space");
+      if constexpr (std::is_same_v<KokkosSpace, Kokkos::HostSpace>)
+    return MemorySpace::host;
+  else
+    static_assert(!sizeof(KokkosSpace), "kopt::memory_space_of: unsupported memory space");
 }
 
 /// A non-owning view of `numel` contiguous elements of `dtype` at `data` in `space`.
@@ -77,9 +85,9 @@ struct Tensor {
   explicit Tensor(const Kokkos::View<T*, Props...>& view)
       : Tensor(Tensor::from(view.data(), static_cast<std::int64_t>(view.span()),
                             memory_space_of<typename Kokkos::View<T*, Props...>::memory_space>())) {
-    static_assert(!std::is_same_v<typename Kokkos::View<T*, Props...>::array_layout,
-                                  Kokkos::LayoutStride>,
-                  "kopt::Tensor: the View must be contiguous");
+    static_assert(
+        !std::is_same_v<typename Kokkos::View<T*, Props...>::array_layout, Kokkos::LayoutStride>,
+        "kopt::Tensor: the View must be contiguous");
   }
 
   /// No memory behind it (a param without a gradient this step).

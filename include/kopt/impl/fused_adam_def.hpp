@@ -4,12 +4,11 @@
 /// backends/ (and by code that instantiates the engine for another execution space); users
 /// of the instantiated spaces only need <kopt/fused_adam.hpp>.
 
-#include <kopt/error.hpp>
-#include <kopt/fused_adam.hpp>
-
 #include <algorithm>
 #include <cassert>
 #include <cmath>
+#include <kopt/error.hpp>
+#include <kopt/fused_adam.hpp>
 #include <utility>
 
 namespace kopt {
@@ -37,10 +36,17 @@ SpaceMask reachable_spaces() {
 template <class F>
 void visit_update_dtype(DType dtype, F&& f) {
   switch (dtype) {
-    case DType::f32: f(float{}); return;
-    case DType::bf16: f(bfloat16{}); return;
-    case DType::f16: f(float16{}); return;
-    default: break;
+    case DType::f32:
+      f(float{});
+      return;
+    case DType::bf16:
+      f(bfloat16{});
+      return;
+    case DType::f16:
+      f(float16{});
+      return;
+    default:
+      break;
   }
   assert(false && "kopt: no kernel for this dtype; the registry should have refused it");
 }
@@ -70,7 +76,8 @@ Kokkos::View<Chunk*, typename ExecSpace::memory_space> upload_chunks(
 
 template <class ExecSpace>
 FusedAdam<ExecSpace>::FusedAdam(const ExecSpace& exec, const AdamConfig& config, std::string label)
-    : exec_(exec), label_(std::move(label)),
+    : exec_(exec),
+      label_(std::move(label)),
       registry_(Impl::reachable_spaces<ExecSpace>(), label_) {
   registry_.add_group(config);
 }
@@ -88,8 +95,8 @@ void FusedAdam<ExecSpace>::add(const std::string& name, const Tensor& param, con
 
 template <class ExecSpace>
 typename FusedAdam<ExecSpace>::FloatView FusedAdam<ExecSpace>::grow_(const FloatView& old,
-                                                                      std::int64_t n,
-                                                                      const char* what) {
+                                                                     std::int64_t n,
+                                                                     const char* what) {
   if (static_cast<std::int64_t>(old.extent(0)) == n) return old;
   FloatView grown(label_ + "::" + what, n);  // zero-filled: fresh moments start at 0
   if (old.extent(0) > 0)
@@ -179,8 +186,8 @@ void FusedAdam<ExecSpace>::build_classes_(const std::vector<int>& signature) {
 
 template <class ExecSpace>
 void FusedAdam<ExecSpace>::step(double grad_scale) {
-  KOPT_THROW_IF(!std::isfinite(grad_scale), label_ << ": step(grad_scale = " << grad_scale
-                                                   << "): grad_scale must be finite");
+  KOPT_THROW_IF(!std::isfinite(grad_scale),
+                label_ << ": step(grad_scale = " << grad_scale << "): grad_scale must be finite");
   registry_.validate_configs();
   ensure_state_();
 
@@ -195,9 +202,10 @@ void FusedAdam<ExecSpace>::step(double grad_scale) {
     signature[i] = static_cast<int>(it - keys.begin()) + 1;
     if (it == keys.end()) keys.push_back(key);
   }
-  const bool same_keys = keys.size() == classes_.size() &&
-                         std::equal(keys.begin(), keys.end(), classes_.begin(),
-                                    [](const ClassKey& k, const KernelClass& c) { return k == c.key; });
+  const bool same_keys =
+      keys.size() == classes_.size() &&
+      std::equal(keys.begin(), keys.end(), classes_.begin(),
+                 [](const ClassKey& k, const KernelClass& c) { return k == c.key; });
   if (!same_keys || signature != signature_) {
     classes_.assign(keys.size(), KernelClass{});
     for (std::size_t c = 0; c < keys.size(); ++c) classes_[c].key = keys[c];

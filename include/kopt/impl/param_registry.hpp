@@ -4,10 +4,9 @@
 /// tensors, per-parameter step counts and where each parameter's state sits in the engine's
 /// buffers. Compiled once (src/param_registry.cpp); holds no device memory.
 
+#include <cstdint>
 #include <kopt/adam_config.hpp>
 #include <kopt/tensor.hpp>
-
-#include <cstdint>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -26,9 +25,9 @@ struct ParamEntry {
   Tensor param;
   Tensor grad;  ///< data == nullptr: no gradient this step
   std::size_t group = 0;
-  std::int64_t step = 0;           ///< completed updates of this param
-  std::int64_t state_offset = -1;  ///< into the moment buffers; -1 until laid out
-  std::int64_t master_offset = -1; ///< into the master buffer; -1 for fp32 params
+  std::int64_t step = 0;            ///< completed updates of this param
+  std::int64_t state_offset = -1;   ///< into the moment buffers; -1 until laid out
+  std::int64_t master_offset = -1;  ///< into the master buffer; -1 for fp32 params
 };
 
 class ParamRegistry {

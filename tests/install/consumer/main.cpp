@@ -1,7 +1,6 @@
 // Steps one bf16 parameter with kopt and checks that it moved against its gradient.
-#include <kopt/kopt.hpp>
-
 #include <cstdio>
+#include <kopt/kopt.hpp>
 
 int main(int argc, char** argv) {
   Kokkos::ScopeGuard kokkos(argc, argv);
