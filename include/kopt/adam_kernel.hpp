@@ -41,6 +41,40 @@ inline constexpr std::int64_t chunk_size = runs_on_host<ExecSpace> ? 8192 : 4096
 /// Threads per team on devices.
 inline constexpr int device_team_size = 256;
 
+/// One element of the fused update: widen, update (on the master for 16-bit params), round
+/// back once.
+template <class ParamT, class GradT, bool Amsgrad>
+KOKKOS_FORCEINLINE_FUNCTION void fused_adam_element(std::int64_t i, ParamT* KOPT_RESTRICT param,
+                                                    const GradT* KOPT_RESTRICT grad,
+                                                    float* KOPT_RESTRICT master,
+                                                    float* KOPT_RESTRICT m, float* KOPT_RESTRICT v,
+                                                    float* KOPT_RESTRICT vmax,
+                                                    const AdamStepScalars& s) {
+  float unused = 0.0f;
+  float& vm = Amsgrad ? vmax[i] : unused;
+  if constexpr (std::is_same_v<ParamT, float>) {
+    param[i] = adam_update<Amsgrad>(param[i], to_float(grad[i]), m[i], v[i], vm, s);
+  } else {
+    const float p = adam_update<Amsgrad>(master[i], to_float(grad[i]), m[i], v[i], vm, s);
+    master[i] = p;
+    param[i] = from_float<ParamT>(p);
+  }
+}
+
+/// The host loop over one chunk: unit stride, restrict parameters, and a function of its own,
+/// so GCC vectorizes it whatever it would otherwise be inlined into (inlined into the Serial
+/// backend's loop, GCC 12 gave up on it).
+template <class ParamT, class GradT, bool Amsgrad>
+KOPT_LOOP_FUNCTION void fused_adam_host_loop(std::int64_t begin, std::int64_t end,
+                                             ParamT* KOPT_RESTRICT param,
+                                             const GradT* KOPT_RESTRICT grad,
+                                             float* KOPT_RESTRICT master, float* KOPT_RESTRICT m,
+                                             float* KOPT_RESTRICT v, float* KOPT_RESTRICT vmax,
+                                             const AdamStepScalars s) {
+  for (std::int64_t i = begin; i < end; ++i)
+    fused_adam_element<ParamT, GradT, Amsgrad>(i, param, grad, master, m, v, vmax, s);
+}
+
 /// The fused update of every chunk in `chunks_`; ParamT/GradT/Amsgrad are chosen once on
 /// the host, so the element loop has no branch on dtype or variant.
 template <class ExecSpace, class ParamT, class GradT, bool Amsgrad>
@@ -49,39 +83,26 @@ struct FusedAdamFunctor {
   Kokkos::View<const AdamSlot*, memory_space> slots_;
   Kokkos::View<const Chunk*, memory_space> chunks_;
 
-  KOKKOS_FORCEINLINE_FUNCTION void update(const AdamSlot& slot, std::int64_t begin,
-                                          std::int64_t end, std::int64_t stride) const {
-    ParamT* KOPT_RESTRICT param = static_cast<ParamT*>(slot.param);
-    const GradT* KOPT_RESTRICT grad = static_cast<const GradT*>(slot.grad);
-    float* KOPT_RESTRICT master = slot.master;
-    float* KOPT_RESTRICT m = slot.exp_avg;
-    float* KOPT_RESTRICT v = slot.exp_avg_sq;
-    float* KOPT_RESTRICT vmax = slot.max_exp_avg_sq;
-    const AdamStepScalars s = slot.scalars;
-    for (std::int64_t i = begin; i < end; i += stride) {
-      float unused = 0.0f;
-      float& vm = Amsgrad ? vmax[i] : unused;
-      if constexpr (std::is_same_v<ParamT, float>) {
-        param[i] = adam_update<Amsgrad>(param[i], to_float(grad[i]), m[i], v[i], vm, s);
-      } else {
-        const float p = adam_update<Amsgrad>(master[i], to_float(grad[i]), m[i], v[i], vm, s);
-        master[i] = p;
-        param[i] = from_float<ParamT>(p);
-      }
-    }
-  }
-
-  /// Host: one chunk per iteration, a unit-stride loop the compiler vectorizes.
+  /// Host: one chunk per iteration.
   KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t c) const {
     const Chunk chunk = chunks_(c);
-    update(slots_(chunk.slot), chunk.begin, chunk.end, 1);
+    const AdamSlot& slot = slots_(chunk.slot);
+    fused_adam_host_loop<ParamT, GradT, Amsgrad>(
+        chunk.begin, chunk.end, static_cast<ParamT*>(slot.param),
+        static_cast<const GradT*>(slot.grad), slot.master, slot.exp_avg, slot.exp_avg_sq,
+        slot.max_exp_avg_sq, slot.scalars);
   }
 
   /// Device: one team per chunk, its threads striding through it (coalesced).
   template <class Member>
   KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
     const Chunk chunk = chunks_(team.league_rank());
-    update(slots_(chunk.slot), chunk.begin + team.team_rank(), chunk.end, team.team_size());
+    const AdamSlot& slot = slots_(chunk.slot);
+    const AdamStepScalars s = slot.scalars;
+    for (std::int64_t i = chunk.begin + team.team_rank(); i < chunk.end; i += team.team_size())
+      fused_adam_element<ParamT, GradT, Amsgrad>(
+          i, static_cast<ParamT*>(slot.param), static_cast<const GradT*>(slot.grad), slot.master,
+          slot.exp_avg, slot.exp_avg_sq, slot.max_exp_avg_sq, s);
   }
 };
 

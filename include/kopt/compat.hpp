@@ -21,6 +21,14 @@
 #define KOPT_RESTRICT
 #endif
 
+/// A kernel's inner loop compiled as a function of its own (callable from kernels, never
+/// inlined): GCC then vectorizes it the same way whatever it sits in.
+#if defined(__GNUC__) || defined(__clang__)
+#define KOPT_LOOP_FUNCTION KOKKOS_INLINE_FUNCTION __attribute__((noinline))
+#else
+#define KOPT_LOOP_FUNCTION KOKKOS_INLINE_FUNCTION
+#endif
+
 namespace kopt::Impl {
 
 /// Fences `exec`, with a label where Kokkos takes one (3.5+), so tools show who waited.

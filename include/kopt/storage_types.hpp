@@ -62,8 +62,9 @@ struct float16 {
     // Normal range: rebias the exponent (127 -> 15) and round the 13 dropped bits.
     const std::uint32_t norm_base = (ax >> 13) - (112u << 10);
     const std::uint32_t norm_rem = ax & 0x1fffu;
-    const std::uint32_t norm =
-        norm_base + ((norm_rem > 0x1000u || (norm_rem == 0x1000u && (norm_base & 1u))) ? 1u : 0u);
+    // Round-up bits as 32-bit integers (no && or bool): the loops around this vectorize.
+    const std::uint32_t norm = norm_base + ((norm_rem > 0x1000u ? 1u : 0u) |
+                                            ((norm_rem == 0x1000u ? 1u : 0u) & norm_base & 1u));
     // Subnormal range: the value is mant24 * 2^(e-150); in units of 2^-24 that is
     // mant24 >> (126 - e). Shifts past 24 leave less than half a unit: zero.
     const std::uint32_t e = ax >> 23;
@@ -72,8 +73,8 @@ struct float16 {
     const std::uint32_t sub_base = shift < 25u ? (mant24 >> shift) : 0u;
     const std::uint32_t sub_rem = shift < 25u ? (mant24 & ((1u << shift) - 1u)) : mant24;
     const std::uint32_t sub_half = shift < 25u ? (1u << (shift - 1u)) : 0x1000000u;
-    const std::uint32_t sub =
-        sub_base + ((sub_rem > sub_half || (sub_rem == sub_half && (sub_base & 1u))) ? 1u : 0u);
+    const std::uint32_t sub = sub_base + ((sub_rem > sub_half ? 1u : 0u) |
+                                          ((sub_rem == sub_half ? 1u : 0u) & sub_base & 1u));
     const std::uint32_t nan = 0x7e00u | ((ax >> 13) & 0x3ffu);
     std::uint32_t h = ax < 0x38800000u ? sub : norm;
     h = ax >= 0x477ff000u ? 0x7c00u : h;  // 65520 and up round to Inf
@@ -88,9 +89,15 @@ struct float16 {
     const std::uint32_t m = h & 0x3ffu;
     const std::uint32_t normal = ((e + 112u) << 23) | (m << 13);
     const std::uint32_t special = 0x7f800000u | (m << 13);  // Inf, or NaN with its payload
-    // A subnormal is m * 2^-24; the product is exact (m < 2^10, scaled by a power of two).
+    // A subnormal is m * 2^-24 = 1.f * 2^(p-24), p the top set bit of m: normalize in
+    // integers (a float multiply or int->float conversion here would keep GCC, under the
+    // default -ftrapping-math, from vectorizing the selects).
+    const std::uint32_t s8 = m > 0xffu ? 8u : 0u;
+    const std::uint32_t s4 = (m >> s8) > 0xfu ? 4u : 0u;
+    const std::uint32_t s2 = (m >> (s8 + s4)) > 0x3u ? 2u : 0u;
+    const std::uint32_t p = s8 + s4 + s2 + ((m >> (s8 + s4 + s2)) > 0x1u ? 1u : 0u);
     const std::uint32_t subnormal =
-        Impl::float_bits(static_cast<float>(m) * 5.9604644775390625e-8f);
+        m == 0u ? 0u : ((p + 103u) << 23) | ((m << (23u - p)) & 0x7fffffu);
     const std::uint32_t mag = e == 0x1fu ? special : (e != 0u ? normal : subnormal);
     return Impl::bits_float(sign | mag);
   }
