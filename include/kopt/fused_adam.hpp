@@ -100,6 +100,8 @@ class FusedAdam {
   typename Kokkos::View<Impl::AdamSlot*, memory_space>::HostMirror slots_host_;
   std::vector<int> signature_;  ///< per entry: kernel class + 1, or 0 if skipped
   std::vector<KernelClass> classes_;
+  std::vector<int> next_signature_;  ///< step()'s scratch
+  std::vector<ClassKey> next_keys_;
 };
 
 #ifdef KOKKOS_ENABLE_SERIAL

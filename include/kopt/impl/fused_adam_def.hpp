@@ -98,7 +98,8 @@ typename FusedAdam<ExecSpace>::FloatView FusedAdam<ExecSpace>::grow_(const Float
                                                                      std::int64_t n,
                                                                      const char* what) {
   if (static_cast<std::int64_t>(old.extent(0)) == n) return old;
-  FloatView grown(label_ + "::" + what, n);  // zero-filled: fresh moments start at 0
+  // Zero-filled on our instance: fresh moments start at 0.
+  FloatView grown(Kokkos::view_alloc(exec_, label_ + "::" + what), n);
   if (old.extent(0) > 0)
     Kokkos::deep_copy(exec_, Kokkos::subview(grown, std::make_pair(std::size_t{0}, old.extent(0))),
                       old);
@@ -118,7 +119,7 @@ void FusedAdam<ExecSpace>::ensure_state_() {
     max_exp_avg_sq_ = grow_(max_exp_avg_sq_, moments, "max_exp_avg_sq");
   master_ = grow_(master_, masters, "master");
   if (slots_.extent(0) != registry_.size()) {
-    slots_ = decltype(slots_)(label_ + "::slots", registry_.size());
+    slots_ = decltype(slots_)(Kokkos::view_alloc(exec_, label_ + "::slots"), registry_.size());
     slots_host_ = Kokkos::create_mirror_view(slots_);
   }
   fill_slots_(1.0, false);
@@ -192,8 +193,10 @@ void FusedAdam<ExecSpace>::step(double grad_scale) {
   ensure_state_();
 
   // Which kernel class each param falls in this step (0: no grad, skipped).
-  std::vector<int> signature(registry_.size(), 0);
-  std::vector<ClassKey> keys;
+  std::vector<int>& signature = next_signature_;  // members: no host allocation per step
+  std::vector<ClassKey>& keys = next_keys_;
+  signature.assign(registry_.size(), 0);
+  keys.clear();
   for (std::size_t i = 0; i < registry_.size(); ++i) {
     const Impl::ParamEntry& e = registry_[i];
     if (e.grad.data == nullptr) continue;
