@@ -23,7 +23,9 @@ std::pair<std::vector<P>, std::vector<double>> run(int steps) {
     const auto& p = c.params[j]->download();
     params.insert(params.end(), p.begin(), p.end());
     const auto s = c.opt.state(c.name(j));
-    for (const auto& v : {s.exp_avg, s.exp_avg_sq, s.max_exp_avg_sq, s.master}) {
+    // An array, not a braced list, in the range-for: nvcc's front end rejects the latter.
+    const decltype(s.exp_avg) views[] = {s.exp_avg, s.exp_avg_sq, s.max_exp_avg_sq, s.master};
+    for (const auto& v : views) {
       const auto h = to_host(v);
       state.insert(state.end(), h.begin(), h.end());
     }

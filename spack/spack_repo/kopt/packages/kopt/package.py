@@ -109,13 +109,18 @@ class Kopt(CMakePackage):
         src = join_path(self.test_suite.current_test_cache_dir, self.consumer_src_dir)
         cmake = which(self.spec["cmake"].prefix.bin.cmake, required=True)
         prefixes = [self.prefix, self.spec["kokkos"].prefix, self.spec["kokkos-kernels"].prefix]
+        # No compiler wrapper here: the real compiler, or Kokkos' nvcc_wrapper.
+        if self.spec.satisfies("^kokkos+wrapper"):
+            cxx = self["kokkos"].kokkos_cxx
+        else:
+            cxx = self["cxx"].cxx
         args = [
             "-S",
             src,
             "-B",
             "consumer-build",
             self.define("CMAKE_PREFIX_PATH", prefixes),
-            self.define("CMAKE_CXX_COMPILER", self._kopt_cxx() or os.environ["CXX"]),
+            self.define("CMAKE_CXX_COMPILER", cxx),
         ]
         if self.spec.satisfies("generator=ninja"):
             ninja = self.spec["ninja"].prefix.bin.ninja
