@@ -238,6 +238,7 @@ void FusedAdam<ExecSpace>::step(double grad_scale) {
 template <class ExecSpace>
 void FusedAdam<ExecSpace>::reload_model_params() {
   ensure_state_();
+  fill_slots_(1.0, false);  // the kernel reads the params through the slots: make them current
   widen_masters_(0);
 }
 
