@@ -85,22 +85,6 @@ class Kopt(CMakePackage):
             ctest("--output-on-failure", "-j", str(make_jobs))
 
     @run_after("install")
-    def install_programs(self):
-        """kopt's CMake installs the library only; +benchmarks and +examples also install
-        the programs they build into <prefix>/bin."""
-        programs = []
-        if self.spec.satisfies("+benchmarks"):
-            programs.append(join_path("perf", "kopt_bench"))
-        if self.spec.satisfies("+examples"):
-            programs.append(join_path("examples", "kopt_example_fit_bf16_model"))
-        for program in programs:
-            built = join_path(self.build_directory, program)
-            installed = join_path(self.prefix.bin, os.path.basename(program))
-            if os.path.isfile(built) and not os.path.exists(installed):
-                mkdirp(self.prefix.bin)
-                install(built, installed)
-
-    @run_after("install")
     def cache_consumer(self):
         cache_extra_test_sources(self, [self.consumer_src_dir])
 
