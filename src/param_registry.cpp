@@ -81,6 +81,21 @@ void ParamRegistry::set_grad(const std::string& name, const Tensor& grad) {
   entry.grad = grad;
 }
 
+void ParamRegistry::rebind(const std::string& name, const Tensor& param, const Tensor& grad) {
+  ParamEntry& entry = entries_[index_of(name)];
+  check_tensor_(name, "param", param);
+  KOPT_THROW_IF_AS(ShapeMismatch, param.numel != entry.param.numel,
+                   owner_ << ": rebind of '" << name << "' to " << param.numel
+                          << " elements; it has " << entry.param.numel
+                          << " (rebind replaces memory, not shape)");
+  KOPT_THROW_IF(param.dtype != entry.param.dtype, owner_ << ": rebind of '" << name << "' to dtype "
+                                                         << name_of(param.dtype) << "; it is "
+                                                         << name_of(entry.param.dtype));
+  check_grad_(name, param, grad);
+  entry.param = param;
+  entry.grad = grad;
+}
+
 void ParamRegistry::validate_configs() const {
   for (std::size_t g = 0; g < configs_.size(); ++g) {
     try {

@@ -12,6 +12,7 @@
 #include <kopt/adam_update.hpp>
 #include <kopt/compat.hpp>
 #include <kopt/storage_types.hpp>
+#include <kopt/tensor.hpp>
 #include <type_traits>
 
 namespace kopt::Impl {
@@ -25,6 +26,7 @@ struct AdamSlot {
   float* exp_avg_sq = nullptr;
   float* max_exp_avg_sq = nullptr;  ///< amsgrad only
   AdamStepScalars scalars{};
+  DType grad_dtype = DType::f32;  ///< for the norm, which reads grads of every dtype at once
 };
 
 /// Elements [begin, end) of slot `slot`.

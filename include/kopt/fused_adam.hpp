@@ -52,6 +52,16 @@ class FusedAdam {
   /// Replaces the grad of `name`; a null Tensor means no gradient this step (the param and
   /// its state are then left untouched by step()). Validates first.
   void set_grad(const std::string& name, const Tensor& grad) { registry_.set_grad(name, grad); }
+  /// Points `name` at new memory (a framework replaced its tensors): same numel and dtype,
+  /// reachable from this engine. Its state (moments, master, step count) is kept: the new
+  /// param must hold the same values as the old one. Validates first.
+  void rebind(const std::string& name, const Tensor& param, const Tensor& grad) {
+    registry_.rebind(name, param, grad);
+  }
+
+  /// Sum of squares of every present grad, in double, in one reduction on the execution
+  /// space (blocks until it is done). +Inf or NaN when any grad element is not finite.
+  double grad_sum_of_squares();
 
   /// One Adam/AdamW step of every param that has a grad, with the grads multiplied by
   /// `grad_scale` (unscale / clip; must be finite). Enqueues the work on the execution space
@@ -87,6 +97,7 @@ class FusedAdam {
   };
 
   void ensure_state_();
+  void plan_step_();
   void fill_slots_(double grad_scale, bool with_scalars);
   void widen_masters_(std::size_t first);
   void build_classes_(const std::vector<int>& signature);
@@ -100,7 +111,8 @@ class FusedAdam {
   typename Kokkos::View<Impl::AdamSlot*, memory_space>::HostMirror slots_host_;
   std::vector<int> signature_;  ///< per entry: kernel class + 1, or 0 if skipped
   std::vector<KernelClass> classes_;
-  std::vector<int> next_signature_;  ///< step()'s scratch
+  Kokkos::View<Impl::Chunk*, memory_space> all_chunks_;  ///< every present grad, any class
+  std::vector<int> next_signature_;                      ///< step()'s scratch
   std::vector<ClassKey> next_keys_;
 };
 

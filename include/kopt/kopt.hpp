@@ -5,6 +5,9 @@
 #include <kopt/adam_config.hpp>
 #include <kopt/error.hpp>
 #include <kopt/fused_adam.hpp>
+#include <kopt/hybrid_optimizer.hpp>
+#include <kopt/loss_scaler.hpp>
+#include <kopt/param_group.hpp>
 #include <kopt/runtime.hpp>
 #include <kopt/storage_types.hpp>
 #include <kopt/tensor.hpp>

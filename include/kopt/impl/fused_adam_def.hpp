@@ -9,6 +9,7 @@
 #include <cmath>
 #include <kopt/error.hpp>
 #include <kopt/fused_adam.hpp>
+#include <kopt/grad_norm.hpp>
 #include <utility>
 
 namespace kopt {
@@ -138,6 +139,7 @@ void FusedAdam<ExecSpace>::fill_slots_(double grad_scale, bool with_scalars) {
     Impl::AdamSlot& slot = slots_host_(i);
     slot.param = e.param.data;
     slot.grad = e.grad.data;
+    slot.grad_dtype = e.grad.dtype;
     slot.master = e.master_offset >= 0 ? master_.data() + e.master_offset : nullptr;
     slot.exp_avg = exp_avg_.data() + e.state_offset;
     slot.exp_avg_sq = exp_avg_sq_.data() + e.state_offset;
@@ -180,18 +182,18 @@ void FusedAdam<ExecSpace>::build_classes_(const std::vector<int>& signature) {
     if (signature[i] > 0)
       Impl::append_chunks(lists[signature[i] - 1], i, registry_[i].param.numel,
                           Impl::chunk_size<ExecSpace>);
-  for (std::size_t c = 0; c < classes_.size(); ++c)
+  std::vector<Impl::Chunk> all;
+  for (std::size_t c = 0; c < classes_.size(); ++c) {
     classes_[c].chunks = Impl::upload_chunks(exec_, label_ + "::chunks", lists[c]);
+    all.insert(all.end(), lists[c].begin(), lists[c].end());
+  }
+  all_chunks_ = Impl::upload_chunks(exec_, label_ + "::all_chunks", all);
   signature_ = signature;
 }
 
 template <class ExecSpace>
-void FusedAdam<ExecSpace>::step(double grad_scale) {
-  KOPT_THROW_IF(!std::isfinite(grad_scale),
-                label_ << ": step(grad_scale = " << grad_scale << "): grad_scale must be finite");
-  registry_.validate_configs();
+void FusedAdam<ExecSpace>::plan_step_() {
   ensure_state_();
-
   // Which kernel class each param falls in this step (0: no grad, skipped).
   std::vector<int>& signature = next_signature_;  // members: no host allocation per step
   std::vector<ClassKey>& keys = next_keys_;
@@ -214,7 +216,22 @@ void FusedAdam<ExecSpace>::step(double grad_scale) {
     for (std::size_t c = 0; c < keys.size(); ++c) classes_[c].key = keys[c];
     build_classes_(signature);
   }
+}
 
+template <class ExecSpace>
+double FusedAdam<ExecSpace>::grad_sum_of_squares() {
+  registry_.validate_configs();
+  plan_step_();
+  fill_slots_(1.0, false);  // grad pointers and dtypes of this step
+  return Impl::grad_sum_of_squares(exec_, label_ + "::grad_sum_of_squares", slots_, all_chunks_);
+}
+
+template <class ExecSpace>
+void FusedAdam<ExecSpace>::step(double grad_scale) {
+  KOPT_THROW_IF(!std::isfinite(grad_scale),
+                label_ << ": step(grad_scale = " << grad_scale << "): grad_scale must be finite");
+  registry_.validate_configs();
+  plan_step_();
   fill_slots_(grad_scale, true);
   for (const KernelClass& kc : classes_) {
     const auto n = static_cast<std::int64_t>(kc.chunks.extent(0));
@@ -232,7 +249,7 @@ void FusedAdam<ExecSpace>::step(double grad_scale) {
     });
   }
   for (std::size_t i = 0; i < registry_.size(); ++i)
-    if (signature[i] > 0) ++registry_[i].step;
+    if (signature_[i] > 0) ++registry_[i].step;
 }
 
 template <class ExecSpace>

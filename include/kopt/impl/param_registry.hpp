@@ -43,6 +43,8 @@ class ParamRegistry {
   void add(const std::string& name, const Tensor& param, const Tensor& grad, std::size_t group);
   /// Replaces the grad of `name` (null Tensor: no gradient this step); validates first.
   void set_grad(const std::string& name, const Tensor& grad);
+  /// Points `name` at new memory (same numel, dtype and reachability), keeping its state.
+  void rebind(const std::string& name, const Tensor& param, const Tensor& grad);
   /// Validates every group's config; throws naming the group on the first bad one.
   void validate_configs() const;
 

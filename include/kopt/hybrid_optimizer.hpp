@@ -1,0 +1,110 @@
+#pragma once
+/// \file
+/// kopt::HybridOptimizer: the object a training code holds. It owns the parameter groups,
+/// builds once a plan of engines by (memory space, dtype) of the params, and each step()
+/// computes the global grad norm where the grads live, decides clipping and loss scaling on
+/// the host, and runs every engine's fused update with one grad_scale.
+
+#include <cstdint>
+#include <kopt/loss_scaler.hpp>
+#include <kopt/param_group.hpp>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace kopt {
+
+namespace Impl {
+class Engine;
+}
+
+struct HybridOptions {
+  /// Clip the global L2 norm of all grads (all groups, all spaces) to this value, as
+  /// torch.nn.utils.clip_grad_norm_: grads are scaled by min(1, max / (norm + 1e-6)) inside
+  /// the update kernel. Off (no clipping) when unset, the default.
+  std::optional<double> max_grad_norm;
+  /// Dynamic loss scaling for fp16: grads arrive multiplied by loss_scale(); off by default.
+  std::optional<LossScalerOptions> loss_scaling;
+};
+
+/// What one step did.
+struct StepStats {
+  double grad_norm;    ///< global L2 norm of the unscaled grads; NaN if not computed
+  double clip_factor;  ///< multiplier applied to the unscaled grads (1: no clipping)
+  bool skipped;        ///< non-finite grads: nothing was updated anywhere
+  double loss_scale;   ///< the scale for the next backward pass (1 without loss scaling)
+};
+
+class HybridOptimizer {
+ public:
+  /// Validates every group, name, tensor and option, then builds the engines; throws a
+  /// kopt::Error (NotCompiled for a memory space this build lacks) and builds nothing on
+  /// bad input. Names must be unique across all groups.
+  explicit HybridOptimizer(std::vector<ParamGroup> groups, const HybridOptions& options = {});
+  ~HybridOptimizer();
+  HybridOptimizer(HybridOptimizer&&) noexcept;
+  HybridOptimizer& operator=(HybridOptimizer&&) noexcept;
+
+  /// One optimizer step over every param that has a grad. When clipping or loss scaling is
+  /// on, first reduces the grads' sum of squares on each engine (this blocks); a non-finite
+  /// result skips the whole step (no param, state or step count changes) and backs the loss
+  /// scale off. Then enqueues every engine's update and waits for all of them.
+  /// Validates every group's config first and changes nothing if one is invalid.
+  StepStats step();
+
+  /// A group as the optimizer holds it: its config is mutable between steps (schedules);
+  /// the next step uses the new values on every path. Params cannot be added after
+  /// construction.
+  class Group {
+   public:
+    AdamConfig& config() { return group_->config(); }
+    const AdamConfig& config() const { return group_->config(); }
+    /// Names of the group's params, in registration order.
+    std::vector<std::string> names() const;
+
+   private:
+    friend class HybridOptimizer;
+    explicit Group(ParamGroup* group) : group_(group) {}
+    ParamGroup* group_;
+  };
+
+  std::size_t num_groups() const { return groups_.size(); }
+  /// Group i; throws kopt::InvalidArgument when there is none.
+  Group group(std::size_t i);
+
+  /// Replaces the grad of `name`; a null Tensor skips the param in the next steps.
+  void set_grad(const std::string& name, const Tensor& grad);
+  /// Points `name` at new memory holding the same values (a framework swapped its tensors):
+  /// same numel and dtype, served by the same engine. Its state is kept.
+  void rebind(const std::string& name, const Tensor& param, const Tensor& grad);
+  /// Refreshes every fp32 master copy, in every memory space, from the current params (call
+  /// after loading model weights into the params). Waits for the copies.
+  void reload_model_params();
+
+  /// The scale the training code multiplies its loss by (1 without loss scaling).
+  double loss_scale() const;
+  /// Completed updates of `name`.
+  std::int64_t step_count(const std::string& name) const;
+  /// Optimizer state bytes per execution space name ("OpenMP", "Cuda", ...).
+  std::map<std::string, std::size_t> state_bytes() const;
+  /// Number of engines in the plan (one per execution space and param dtype present).
+  std::size_t num_engines() const { return engines_.size(); }
+
+ private:
+  struct Placement {
+    std::size_t engine;
+    std::size_t group;
+  };
+  const Placement& find_(const std::string& name) const;
+
+  std::vector<ParamGroup> groups_;
+  HybridOptions options_;
+  std::optional<LossScaler> scaler_;
+  std::vector<std::unique_ptr<Impl::Engine>> engines_;
+  std::vector<std::vector<std::size_t>> engine_group_;  ///< [engine][group] -> engine's group
+  std::map<std::string, Placement> where_;              ///< by name, never by pointer
+};
+
+}  // namespace kopt

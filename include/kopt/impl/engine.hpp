@@ -1,0 +1,78 @@
+#pragma once
+/// \file
+/// The type-erased engine the HybridOptimizer runs: the work of one (execution space,
+/// param dtype) pair. EngineFor<ExecSpace> adapts kopt::FusedAdam; src/engine_dispatch.cpp is
+/// the one place that picks the execution space for a memory space.
+
+#include <kopt/fused_adam.hpp>
+#include <memory>
+#include <string>
+
+namespace kopt::Impl {
+
+class Engine {
+ public:
+  virtual ~Engine() = default;
+  virtual std::size_t add_group(const AdamConfig& config) = 0;
+  virtual AdamConfig& config(std::size_t group) = 0;
+  virtual void add(const std::string& name, const Tensor& param, const Tensor& grad,
+                   std::size_t group) = 0;
+  virtual void set_grad(const std::string& name, const Tensor& grad) = 0;
+  virtual void rebind(const std::string& name, const Tensor& param, const Tensor& grad) = 0;
+  virtual double grad_sum_of_squares() = 0;
+  virtual void step(double grad_scale) = 0;
+  virtual void reload_model_params() = 0;
+  virtual void fence() = 0;
+  virtual std::int64_t step_count(const std::string& name) const = 0;
+  virtual std::size_t state_bytes() const = 0;
+  /// "OpenMP", "Cuda", ...
+  virtual const char* space_name() const = 0;
+};
+
+template <class ExecSpace>
+class EngineFor final : public Engine {
+ public:
+  EngineFor(const ExecSpace& exec, const std::string& label) : adam_(exec, AdamConfig{}, label) {}
+  std::size_t add_group(const AdamConfig& config) override {
+    // The engine is built with one placeholder group 0; the first real group takes it over.
+    if (!has_groups_) {
+      has_groups_ = true;
+      adam_.config(0) = config;
+      return 0;
+    }
+    return adam_.add_group(config);
+  }
+  AdamConfig& config(std::size_t group) override { return adam_.config(group); }
+  void add(const std::string& name, const Tensor& param, const Tensor& grad,
+           std::size_t group) override {
+    adam_.add(name, param, grad, group);
+  }
+  void set_grad(const std::string& name, const Tensor& grad) override {
+    adam_.set_grad(name, grad);
+  }
+  void rebind(const std::string& name, const Tensor& param, const Tensor& grad) override {
+    adam_.rebind(name, param, grad);
+  }
+  double grad_sum_of_squares() override { return adam_.grad_sum_of_squares(); }
+  void step(double grad_scale) override { adam_.step(grad_scale); }
+  void reload_model_params() override { adam_.reload_model_params(); }
+  void fence() override { Impl::fence(adam_.exec(), "kopt::HybridOptimizer::fence"); }
+  std::int64_t step_count(const std::string& name) const override { return adam_.step_count(name); }
+  std::size_t state_bytes() const override { return adam_.state_bytes(); }
+  const char* space_name() const override { return ExecSpace::name(); }
+
+ private:
+  FusedAdam<ExecSpace> adam_;
+  bool has_groups_ = false;
+};
+
+/// An engine for params in `space` of `dtype`, on the execution space that serves that
+/// memory: host (and pinned) memory on the host space (OpenMP when enabled), device and UVM
+/// memory on the device space. Throws kopt::NotCompiled naming the space when this build
+/// has no execution space for it.
+std::unique_ptr<Engine> make_engine(MemorySpace space, DType dtype);
+
+/// The name of the execution space make_engine picks for `space` (for grouping).
+const char* engine_space_for(MemorySpace space);
+
+}  // namespace kopt::Impl

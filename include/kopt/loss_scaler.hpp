@@ -1,0 +1,39 @@
+#pragma once
+/// \file
+/// kopt::LossScaler: dynamic loss scaling for fp16 training, as torch.cuda.amp.GradScaler.
+
+#include <cstdint>
+
+namespace kopt {
+
+/// The scaler's settings (torch.cuda.amp.GradScaler's defaults).
+struct LossScalerOptions {
+  double init_scale = 65536.0;  ///< 2^16
+  double growth_factor = 2.0;
+  double backoff_factor = 0.5;
+  std::int64_t growth_interval = 2000;  ///< finite steps in a row before the scale grows
+
+  /// Throws kopt::InvalidArgument naming the field: init_scale > 0, growth_factor > 1,
+  /// 0 < backoff_factor < 1, growth_interval >= 1.
+  void validate() const;
+};
+
+/// The training code multiplies its loss by scale() before backward, so grads arrive scaled;
+/// the optimizer divides them by scale() inside the update. A step whose grads hold an Inf or
+/// NaN is skipped and the scale backs off; growth_interval finite steps in a row grow it.
+class LossScaler {
+ public:
+  explicit LossScaler(const LossScalerOptions& options = {});
+  double scale() const { return scale_; }
+  /// Steps since the last backoff or growth.
+  std::int64_t growth_tracker() const { return tracker_; }
+  /// Records the outcome of a step: finite grads (it ran) or not (it was skipped).
+  void update(bool grads_finite);
+
+ private:
+  LossScalerOptions options_;
+  double scale_;
+  std::int64_t tracker_ = 0;
+};
+
+}  // namespace kopt

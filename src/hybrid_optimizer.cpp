@@ -1,0 +1,145 @@
+#include <cmath>
+#include <kopt/error.hpp>
+#include <kopt/hybrid_optimizer.hpp>
+#include <kopt/impl/engine.hpp>
+#include <limits>
+#include <utility>
+
+namespace kopt {
+
+namespace {
+constexpr std::size_t kNone = std::numeric_limits<std::size_t>::max();
+
+void validate_group_config(const AdamConfig& config, std::size_t g) {
+  try {
+    config.validate();
+  } catch (const InvalidArgument& e) {
+    throw InvalidArgument("kopt::HybridOptimizer: group " + std::to_string(g) + ": " + e.what());
+  }
+}
+}  // namespace
+
+HybridOptimizer::HybridOptimizer(std::vector<ParamGroup> groups, const HybridOptions& options)
+    : groups_(std::move(groups)), options_(options) {
+  if (options_.max_grad_norm) {
+    const double m = *options_.max_grad_norm;
+    KOPT_THROW_IF(!(std::isfinite(m) && m > 0),
+                  "HybridOptions.max_grad_norm = " << m << " is invalid: must be finite and > 0");
+  }
+  if (options_.loss_scaling) scaler_.emplace(*options_.loss_scaling);  // validates
+
+  // Everything is checked before the first engine exists, and the engines check every
+  // tensor while params are added: a throw here leaves nothing behind.
+  std::map<std::pair<std::string, DType>, std::size_t> engine_of;
+  for (std::size_t g = 0; g < groups_.size(); ++g) {
+    validate_group_config(groups_[g].config(), g);
+    for (const ParamSpec& p : groups_[g].params()) {
+      KOPT_THROW_IF(where_.count(p.name) != 0, "kopt::HybridOptimizer: parameter name '"
+                                                   << p.name << "' is used twice (names are "
+                                                   << "unique across all groups)");
+      const auto key = std::make_pair(std::string(Impl::engine_space_for(p.param.space)),
+                                      p.param.dtype);  // NotCompiled for a missing space
+      auto it = engine_of.find(key);
+      if (it == engine_of.end()) {
+        it = engine_of.emplace(key, engines_.size()).first;
+        engines_.push_back(Impl::make_engine(p.param.space, p.param.dtype));
+        engine_group_.emplace_back(groups_.size(), kNone);
+      }
+      const std::size_t e = it->second;
+      std::size_t& eg = engine_group_[e][g];
+      if (eg == kNone) eg = engines_[e]->add_group(groups_[g].config());
+      engines_[e]->add(p.name, p.param, p.grad, eg);
+      where_.emplace(p.name, Placement{e, g});
+    }
+  }
+}
+
+HybridOptimizer::~HybridOptimizer() = default;
+HybridOptimizer::HybridOptimizer(HybridOptimizer&&) noexcept = default;
+HybridOptimizer& HybridOptimizer::operator=(HybridOptimizer&&) noexcept = default;
+
+std::vector<std::string> HybridOptimizer::Group::names() const {
+  std::vector<std::string> out;
+  for (const ParamSpec& p : group_->params()) out.push_back(p.name);
+  return out;
+}
+
+HybridOptimizer::Group HybridOptimizer::group(std::size_t i) {
+  KOPT_THROW_IF(i >= groups_.size(), "kopt::HybridOptimizer: group " << i << " does not exist ("
+                                                                     << groups_.size()
+                                                                     << " groups)");
+  return Group(&groups_[i]);
+}
+
+const HybridOptimizer::Placement& HybridOptimizer::find_(const std::string& name) const {
+  const auto it = where_.find(name);
+  KOPT_THROW_IF(it == where_.end(), "kopt::HybridOptimizer: no parameter named '" << name << "'");
+  return it->second;
+}
+
+StepStats HybridOptimizer::step() {
+  // Decide everything that can fail before anything changes.
+  for (std::size_t g = 0; g < groups_.size(); ++g) validate_group_config(groups_[g].config(), g);
+  for (std::size_t e = 0; e < engines_.size(); ++e)
+    for (std::size_t g = 0; g < groups_.size(); ++g)
+      if (engine_group_[e][g] != kNone)
+        engines_[e]->config(engine_group_[e][g]) = groups_[g].config();
+
+  const double scale = scaler_ ? scaler_->scale() : 1.0;
+  StepStats stats{std::numeric_limits<double>::quiet_NaN(), 1.0, false, scale};
+  if (options_.max_grad_norm || scaler_) {
+    // One reduction per engine where its grads live; the partial sums meet here.
+    double sum_sq = 0.0;
+    for (const auto& engine : engines_) sum_sq += engine->grad_sum_of_squares();
+    stats.grad_norm = std::sqrt(sum_sq) / scale;
+    if (!std::isfinite(sum_sq)) {  // an Inf or NaN somewhere: skip the step everywhere
+      stats.skipped = true;
+      if (scaler_) scaler_->update(false);
+      stats.loss_scale = loss_scale();
+      return stats;
+    }
+    if (options_.max_grad_norm)
+      stats.clip_factor = std::min(1.0, *options_.max_grad_norm / (stats.grad_norm + 1e-6));
+  }
+  const double grad_scale = stats.clip_factor / scale;  // unscale and clip, fused
+  for (const auto& engine : engines_) engine->step(grad_scale);
+  for (const auto& engine : engines_) engine->fence();
+  if (scaler_) scaler_->update(true);
+  stats.loss_scale = loss_scale();
+  return stats;
+}
+
+void HybridOptimizer::set_grad(const std::string& name, const Tensor& grad) {
+  engines_[find_(name).engine]->set_grad(name, grad);
+}
+
+void HybridOptimizer::rebind(const std::string& name, const Tensor& param, const Tensor& grad) {
+  const Placement& at = find_(name);
+  Impl::Engine& engine = *engines_[at.engine];
+  const std::string space = Impl::engine_space_for(param.space);
+  KOPT_THROW_IF(space != engine.space_name(), "kopt::HybridOptimizer: rebind of '"
+                                                  << name << "' to memory space '"
+                                                  << name_of(param.space) << "' would move it from "
+                                                  << engine.space_name() << " to " << space
+                                                  << "; rebind replaces memory in place");
+  engine.rebind(name, param, grad);
+}
+
+void HybridOptimizer::reload_model_params() {
+  for (const auto& engine : engines_) engine->reload_model_params();
+  for (const auto& engine : engines_) engine->fence();
+}
+
+double HybridOptimizer::loss_scale() const { return scaler_ ? scaler_->scale() : 1.0; }
+
+std::int64_t HybridOptimizer::step_count(const std::string& name) const {
+  return engines_[find_(name).engine]->step_count(name);
+}
+
+std::map<std::string, std::size_t> HybridOptimizer::state_bytes() const {
+  std::map<std::string, std::size_t> bytes;
+  for (const auto& engine : engines_) bytes[engine->space_name()] += engine->state_bytes();
+  return bytes;
+}
+
+}  // namespace kopt

@@ -1,0 +1,37 @@
+#include <cmath>
+#include <kopt/error.hpp>
+#include <kopt/loss_scaler.hpp>
+
+namespace kopt {
+
+void LossScalerOptions::validate() const {
+  KOPT_THROW_IF(!(std::isfinite(init_scale) && init_scale > 0),
+                "LossScalerOptions.init_scale = " << init_scale << " is invalid: must be > 0");
+  KOPT_THROW_IF(
+      !(std::isfinite(growth_factor) && growth_factor > 1),
+      "LossScalerOptions.growth_factor = " << growth_factor << " is invalid: must be > 1");
+  KOPT_THROW_IF(
+      !(backoff_factor > 0 && backoff_factor < 1),
+      "LossScalerOptions.backoff_factor = " << backoff_factor << " is invalid: must be in (0, 1)");
+  KOPT_THROW_IF(growth_interval < 1, "LossScalerOptions.growth_interval = "
+                                         << growth_interval << " is invalid: must be >= 1");
+}
+
+LossScaler::LossScaler(const LossScalerOptions& options)
+    : options_(options), scale_(options.init_scale) {
+  options_.validate();
+}
+
+void LossScaler::update(bool grads_finite) {
+  if (!grads_finite) {
+    scale_ *= options_.backoff_factor;
+    tracker_ = 0;
+    return;
+  }
+  if (++tracker_ == options_.growth_interval) {
+    scale_ *= options_.growth_factor;
+    tracker_ = 0;
+  }
+}
+
+}  // namespace kopt
