@@ -8,6 +8,12 @@ function(kopt_warnings target)
     if(kopt_ENABLE_WERROR)
       target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-Werror>)
     endif()
+    # GCC 12 reports a false -Wrestrict inside std::string for "literal" + string at -O3
+    # (GCC bug 105651); it is no finding about kopt's code.
+    if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU" AND CMAKE_CXX_COMPILER_VERSION VERSION_GREATER_EQUAL 12
+       AND CMAKE_CXX_COMPILER_VERSION VERSION_LESS 13)
+      target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-Wno-restrict>)
+    endif()
   endif()
 endfunction()
 

@@ -24,9 +24,9 @@ struct HybridOptions {
   /// Clip the global L2 norm of all grads (all groups, all spaces) to this value, as
   /// torch.nn.utils.clip_grad_norm_: grads are scaled by min(1, max / (norm + 1e-6)) inside
   /// the update kernel. Off (no clipping) when unset, the default.
-  std::optional<double> max_grad_norm;
+  std::optional<double> max_grad_norm = std::nullopt;
   /// Dynamic loss scaling for fp16: grads arrive multiplied by loss_scale(); off by default.
-  std::optional<LossScalerOptions> loss_scaling;
+  std::optional<LossScalerOptions> loss_scaling = std::nullopt;
 };
 
 /// What one step did.
