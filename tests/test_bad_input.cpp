@@ -6,19 +6,6 @@ namespace {
 using namespace kopt_test;
 using Host = Kokkos::DefaultHostExecutionSpace;
 
-// Runs `bad`, expects `E` whose message contains `needle`.
-template <class E, class F>
-void expect_error(F&& bad, const std::string& needle) {
-  try {
-    bad();
-    ADD_FAILURE() << "no exception; expected one mentioning '" << needle << "'";
-  } catch (const E& e) {
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "wrong exception type: " << e.what();
-  }
-}
-
 TEST(AdamConfigValidate, NamesTheFieldAndTheValue) {
   expect_error<kopt::InvalidArgument>([] { kopt::AdamConfig{.lr = -1}.validate(); }, "lr = -1");
   expect_error<kopt::InvalidArgument>([] { kopt::AdamConfig{.beta1 = 1.0}.validate(); },

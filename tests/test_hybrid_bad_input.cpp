@@ -1,22 +1,11 @@
 // Bad input to the HybridOptimizer: a clear kopt::Error, and nothing half-applied.
 #include "hybrid_world.hpp"
+#include "test_support.hpp"
 
 namespace {
 
 using namespace kopt_test;
 using kopt::DType;
-
-template <class E, class F>
-void expect_error(F&& bad, const std::string& needle) {
-  try {
-    bad();
-    ADD_FAILURE() << "no exception; expected one mentioning '" << needle << "'";
-  } catch (const E& e) {
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "wrong exception type: " << e.what();
-  }
-}
 
 class HybridBadInput : public ::testing::Test {
  protected:

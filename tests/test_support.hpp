@@ -92,4 +92,17 @@ void fill_uniform(std::vector<T>& v, std::mt19937& rng, float lo, float hi) {
   for (auto& x : v) x = kopt::Impl::from_float<T>(dist(rng));
 }
 
+// Runs `bad`, expects an exception of type E whose message contains `needle`.
+template <class E, class F>
+void expect_error(F&& bad, const std::string& needle) {
+  try {
+    bad();
+    ADD_FAILURE() << "no exception; expected one mentioning '" << needle << "'";
+  } catch (const E& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "wrong exception type: " << e.what();
+  }
+}
+
 }  // namespace kopt_test
