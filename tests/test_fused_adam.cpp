@@ -1,5 +1,7 @@
 // The fused Adam/AdamW engine against the double-precision reference, on every enabled
 // execution space, for every (param, grad) dtype pair and every config switch.
+#include <KokkosBlas1_dot.hpp>
+
 #include "adam_case.hpp"
 
 namespace {
@@ -120,6 +122,33 @@ TYPED_TEST(FusedAdamTest, ReloadModelParamsRefreshesEveryMaster) {
   c.opt.reload_model_params();
   c.step();
   c.expect_matches_reference(4);
+}
+
+}  // namespace
+
+namespace {
+
+using namespace kopt_test;
+
+// The grad-norm reduction against an independent one: Kokkos Kernels' dot(g, g) over the
+// same memory (fp32 grads; KokkosBlas accumulates in float, hence the 1e-5).
+TYPED_TEST(FusedAdamTest, GradSumOfSquaresMatchesKokkosBlasDot) {
+  const std::vector<std::size_t> sizes = {0, 1, 13, 8199, 40000};
+  AdamCase<TypeParam, kopt::bfloat16, float> c({kopt::AdamConfig{}}, sizes);
+  for (auto& g : c.grads) {
+    fill_uniform(g->host, c.rng, -3.0f, 3.0f);
+    g->upload();
+  }
+  double blas = 0.0;
+  for (auto& g : c.grads) blas += KokkosBlas::dot(g->view, g->view);
+  const double ours = c.opt.grad_sum_of_squares();
+  EXPECT_NEAR(ours, blas, 1e-5 * blas);
+  double exact = 0.0;  // and in double on the host, which it must match to 1e-12
+  for (auto& g : c.grads)
+    for (float x : g->host) exact += double(x) * x;
+  EXPECT_NEAR(ours, exact, 1e-12 * exact);
+  c.opt.set_grad(c.name(4), kopt::Tensor{});  // an absent grad is left out
+  EXPECT_LT(c.opt.grad_sum_of_squares(), 0.5 * exact);
 }
 
 }  // namespace
