@@ -3,12 +3,22 @@
 #include <kopt/hybrid_optimizer.hpp>
 #include <kopt/impl/engine.hpp>
 #include <limits>
+#include <set>
+#include <tuple>
 #include <utility>
 
 namespace kopt {
 
 namespace {
 constexpr std::size_t kNone = std::numeric_limits<std::size_t>::max();
+
+/// The optimizer state a param would hold beside it: moments (+ amsgrad max, + an fp32
+/// master for 16-bit params), padded as the engines lay them out.
+std::size_t device_state_bytes(const Tensor& param, const AdamConfig& config) {
+  const auto padded = static_cast<std::size_t>((param.numel + 15) / 16 * 16);
+  const std::size_t arrays = 2 + (config.amsgrad ? 1 : 0) + (param.dtype != DType::f32 ? 1 : 0);
+  return padded * arrays * sizeof(float);
+}
 
 void validate_group_config(const AdamConfig& config, std::size_t g) {
   try {
@@ -28,30 +38,62 @@ HybridOptimizer::HybridOptimizer(std::vector<ParamGroup> groups, const HybridOpt
   }
   if (options_.loss_scaling) scaler_.emplace(*options_.loss_scaling);  // validates
 
+  options_.offload.validate();
+
   // Everything is checked before the first engine exists, and the engines check every
   // tensor while params are added: a throw here leaves nothing behind.
-  std::map<std::pair<std::string, DType>, std::size_t> engine_of;
+  struct Pending {
+    std::size_t group;
+    const ParamSpec* spec;
+    std::string space;  // the execution space serving the param's memory
+    bool offloaded;
+  };
+  std::vector<Pending> pending;
+  std::vector<std::size_t> candidates, candidate_bytes;  // for the offload rule
+  std::set<std::string> names;
+  const std::string host_space = Impl::engine_space_for(MemorySpace::host);
   for (std::size_t g = 0; g < groups_.size(); ++g) {
     validate_group_config(groups_[g].config(), g);
     for (const ParamSpec& p : groups_[g].params()) {
-      KOPT_THROW_IF(where_.count(p.name) != 0, "kopt::HybridOptimizer: parameter name '"
-                                                   << p.name << "' is used twice (names are "
-                                                   << "unique across all groups)");
-      const auto key = std::make_pair(std::string(Impl::engine_space_for(p.param.space)),
-                                      p.param.dtype);  // NotCompiled for a missing space
-      auto it = engine_of.find(key);
-      if (it == engine_of.end()) {
-        it = engine_of.emplace(key, engines_.size()).first;
-        engines_.push_back(Impl::make_engine(p.param.space, p.param.dtype));
-        engine_group_.emplace_back(groups_.size(), kNone);
+      KOPT_THROW_IF(!names.insert(p.name).second, "kopt::HybridOptimizer: parameter name '"
+                                                      << p.name << "' is used twice (names are "
+                                                      << "unique across all groups)");
+      Pending item{g, &p, Impl::engine_space_for(p.param.space),  // NotCompiled if missing
+                   groups_[g].placement() == StatePlacement::host};
+      if (!item.offloaded && item.space != host_space) {
+        candidates.push_back(pending.size());
+        candidate_bytes.push_back(device_state_bytes(p.param, groups_[g].config()));
       }
-      const std::size_t e = it->second;
-      std::size_t& eg = engine_group_[e][g];
-      if (eg == kNone) eg = engines_[e]->add_group(groups_[g].config());
-      engines_[e]->add(p.name, p.param, p.grad, eg);
-      where_.emplace(p.name, Placement{e, g});
+      pending.push_back(std::move(item));
     }
   }
+  const std::vector<bool> chosen = select_offloaded(candidate_bytes, options_.offload);
+  for (std::size_t i = 0; i < candidates.size(); ++i)
+    if (chosen[i]) pending[candidates[i]].offloaded = true;
+
+  std::map<std::tuple<std::string, DType, bool>, std::size_t> engine_of;
+  for (std::size_t ordinal = 0; ordinal < pending.size(); ++ordinal) {
+    const Pending& item = pending[ordinal];
+    const ParamSpec& p = *item.spec;
+    const auto key = std::make_tuple(item.space, p.param.dtype, item.offloaded);
+    auto it = engine_of.find(key);
+    if (it == engine_of.end()) {
+      it = engine_of.emplace(key, engines_.size()).first;
+      engines_.push_back(item.offloaded
+                             ? Impl::make_offload_engine(p.param.space, p.param.dtype,
+                                                         options_.offload)
+                             : Impl::make_engine(p.param.space, p.param.dtype));
+      engine_group_.emplace_back(groups_.size(), kNone);
+      engine_params_.emplace_back();
+    }
+    const std::size_t e = it->second;
+    std::size_t& eg = engine_group_[e][item.group];
+    if (eg == kNone) eg = engines_[e]->add_group(groups_[item.group].config());
+    engines_[e]->add(p.name, p.param, p.grad, eg);
+    engine_params_[e].push_back(ordinal);
+    where_.emplace(p.name, Placement{e, item.group, item.offloaded});
+  }
+  norm_by_param_.assign(pending.size(), 0.0);
 }
 
 HybridOptimizer::~HybridOptimizer() = default;
@@ -89,8 +131,13 @@ StepStats HybridOptimizer::step() {
   StepStats stats{std::numeric_limits<double>::quiet_NaN(), 1.0, false, scale};
   if (options_.max_grad_norm || scaler_) {
     // One reduction per engine where its grads live; the partial sums meet here.
+    for (std::size_t e = 0; e < engines_.size(); ++e) {
+      engines_[e]->grad_sums_of_squares(norm_scratch_);
+      for (std::size_t i = 0; i < engine_params_[e].size(); ++i)
+        norm_by_param_[engine_params_[e][i]] = norm_scratch_[i];
+    }
     double sum_sq = 0.0;
-    for (const auto& engine : engines_) sum_sq += engine->grad_sum_of_squares();
+    for (const double s : norm_by_param_) sum_sq += s;
     stats.grad_norm = std::sqrt(sum_sq) / scale;
     if (!std::isfinite(sum_sq)) {  // an Inf or NaN somewhere: skip the step everywhere
       stats.skipped = true;
@@ -138,7 +185,7 @@ std::int64_t HybridOptimizer::step_count(const std::string& name) const {
 
 std::map<std::string, std::size_t> HybridOptimizer::state_bytes() const {
   std::map<std::string, std::size_t> bytes;
-  for (const auto& engine : engines_) bytes[engine->space_name()] += engine->state_bytes();
+  for (const auto& engine : engines_) bytes[engine->state_space_name()] += engine->state_bytes();
   return bytes;
 }
 

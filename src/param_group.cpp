@@ -4,7 +4,16 @@
 
 namespace kopt {
 
-ParamGroup::ParamGroup(const AdamConfig& config) : config_(config) { config_.validate(); }
+const char* name_of(StatePlacement placement) {
+  return placement == StatePlacement::host ? "host" : "with_params";
+}
+
+ParamGroup::ParamGroup(const AdamConfig& config, StatePlacement placement)
+    : config_(config), placement_(placement) {
+  config_.validate();
+  KOPT_THROW_IF(placement != StatePlacement::with_params && placement != StatePlacement::host,
+                "ParamGroup: invalid StatePlacement " << static_cast<int>(placement));
+}
 
 ParamGroup& ParamGroup::add(const std::string& name, const Tensor& param, const Tensor& grad) {
   KOPT_THROW_IF(name.empty(), "ParamGroup::add: a parameter needs a non-empty name");

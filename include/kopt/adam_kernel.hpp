@@ -13,7 +13,11 @@
 #include <kopt/compat.hpp>
 #include <kopt/storage_types.hpp>
 #include <kopt/tensor.hpp>
+#include <algorithm>
+#include <cassert>
+#include <string>
 #include <type_traits>
+#include <vector>
 
 namespace kopt::Impl {
 
@@ -42,6 +46,27 @@ template <class ExecSpace>
 inline constexpr std::int64_t chunk_size = runs_on_host<ExecSpace> ? 8192 : 4096;
 /// Threads per team on devices.
 inline constexpr int device_team_size = 256;
+
+/// Appends the chunks covering `numel` elements of slot `slot`.
+inline void append_chunks(std::vector<Chunk>& chunks, std::size_t slot, std::int64_t numel,
+                          std::int64_t chunk) {
+  for (std::int64_t b = 0; b < numel; b += chunk)
+    chunks.push_back(Chunk{b, std::min(numel, b + chunk), static_cast<std::int32_t>(slot)});
+}
+
+/// A device copy of a host chunk list, labelled.
+template <class ExecSpace>
+Kokkos::View<Chunk*, typename ExecSpace::memory_space> upload_chunks(
+    const ExecSpace& exec, const std::string& label, const std::vector<Chunk>& chunks) {
+  Kokkos::View<Chunk*, typename ExecSpace::memory_space> dev(
+      Kokkos::view_alloc(Kokkos::WithoutInitializing, label), chunks.size());
+  Kokkos::View<const Chunk*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> host(
+      chunks.data(), chunks.size());
+  Kokkos::deep_copy(exec, dev, host);
+  // `chunks` is caller-owned and may die right after: make sure the copy has read it.
+  fence(exec, "kopt::upload_chunks");
+  return dev;
+}
 
 /// One element of the fused update: widen, update (on the master for 16-bit params), round
 /// back once.
@@ -126,6 +151,25 @@ void launch_chunks(const ExecSpace& exec, const std::string& label, std::int64_t
   }
 }
 
+/// Calls `f` with a value of the C++ element type of `dtype` (float, bfloat16, float16).
+template <class F>
+void visit_update_dtype(DType dtype, F&& f) {
+  switch (dtype) {
+    case DType::f32:
+      f(float{});
+      return;
+    case DType::bf16:
+      f(bfloat16{});
+      return;
+    case DType::f16:
+      f(float16{});
+      return;
+    default:
+      break;
+  }
+  assert(false && "kopt: no kernel for this dtype; the registry should have refused it");
+}
+
 /// master[i] = float(param[i]) over chunks of 16-bit params: fills or refreshes masters.
 template <class ExecSpace, class ParamT>
 struct WidenToMasterFunctor {
@@ -149,5 +193,25 @@ struct WidenToMasterFunctor {
     widen(slots_(chunk.slot), chunk.begin + team.team_rank(), chunk.end, team.team_size());
   }
 };
+
+/// Launches the fused update of `chunks` for one kernel class: the dtypes and the variant are
+/// chosen here, once, so the element loop has no branch on them.
+template <class ExecSpace>
+void launch_update(const ExecSpace& exec, const std::string& label, DType param, DType grad,
+                   bool amsgrad,
+                   const Kokkos::View<const AdamSlot*, typename ExecSpace::memory_space>& slots,
+                   const Kokkos::View<const Chunk*, typename ExecSpace::memory_space>& chunks) {
+  const auto n = static_cast<std::int64_t>(chunks.extent(0));
+  visit_update_dtype(param, [&](auto param_type) {
+    visit_update_dtype(grad, [&](auto grad_type) {
+      using P = decltype(param_type);
+      using G = decltype(grad_type);
+      if (amsgrad)
+        launch_chunks(exec, label, n, FusedAdamFunctor<ExecSpace, P, G, true>{slots, chunks});
+      else
+        launch_chunks(exec, label, n, FusedAdamFunctor<ExecSpace, P, G, false>{slots, chunks});
+    });
+  });
+}
 
 }  // namespace kopt::Impl

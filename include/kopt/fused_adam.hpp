@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <kopt/adam_config.hpp>
 #include <kopt/adam_kernel.hpp>
+#include <kopt/grad_norm.hpp>
 #include <kopt/impl/param_registry.hpp>
 #include <kopt/tensor.hpp>
 #include <string>
@@ -59,9 +60,13 @@ class FusedAdam {
     registry_.rebind(name, param, grad);
   }
 
-  /// Sum of squares of every present grad, in double, in one reduction on the execution
-  /// space (blocks until it is done). +Inf or NaN when any grad element is not finite.
+  /// Sum of squares of every present grad, in double, computed on the execution space
+  /// (blocks until it is done). +Inf or NaN when any grad element is not finite.
   double grad_sum_of_squares();
+  /// The same per param, in registration order (0 for a param without grad). Each param's
+  /// sum is computed the same way whatever else the engine holds, so sums taken by
+  /// different engines add up to bitwise the same total.
+  void grad_sums_of_squares(std::vector<double>& per_param);
 
   /// One Adam/AdamW step of every param that has a grad, with the grads multiplied by
   /// `grad_scale` (unscale / clip; must be finite). Enqueues the work on the execution space
@@ -111,7 +116,8 @@ class FusedAdam {
   typename Kokkos::View<Impl::AdamSlot*, memory_space>::HostMirror slots_host_;
   std::vector<int> signature_;  ///< per entry: kernel class + 1, or 0 if skipped
   std::vector<KernelClass> classes_;
-  Kokkos::View<Impl::Chunk*, memory_space> all_chunks_;  ///< every present grad, any class
+  Impl::GradNorms<ExecSpace> norms_;  ///< over every present grad, any class
+  std::vector<double> norm_scratch_;
   std::vector<int> next_signature_;                      ///< step()'s scratch
   std::vector<ClassKey> next_keys_;
 };

@@ -4,7 +4,10 @@
 /// the grad dtype chosen per chunk (not per element). The global norm for clipping and the
 /// inf/nan check for loss scaling both come from it.
 
+#include <algorithm>
 #include <kopt/adam_kernel.hpp>
+#include <string>
+#include <vector>
 
 namespace kopt::Impl {
 
@@ -36,32 +39,37 @@ KOKKOS_INLINE_FUNCTION double element_square(const void* grad, std::int64_t i) {
   return x * x;
 }
 
+/// Writes each chunk's sum of squares to partials(c). Per-chunk results, summed per param
+/// on the host in chunk order, make the norm independent of thread count, schedule and of
+/// which engine a param sits in (an offloaded param gives the same bits as a local one).
 template <class ExecSpace>
-struct GradSumSqFunctor {
+struct GradChunkSumSqFunctor {
   using memory_space = typename ExecSpace::memory_space;
-  using value_type = double;
   Kokkos::View<const AdamSlot*, memory_space> slots_;
   Kokkos::View<const Chunk*, memory_space> chunks_;
+  Kokkos::View<double*, memory_space> partials_;
 
   /// Host: one chunk per iteration.
-  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t c, double& sum) const {
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t c) const {
     const Chunk chunk = chunks_(c);
     const AdamSlot& slot = slots_(chunk.slot);
     switch (slot.grad_dtype) {
       case DType::bf16:
-        sum += sum_of_squares(static_cast<const bfloat16*>(slot.grad), chunk.begin, chunk.end);
+        partials_(c) =
+            sum_of_squares(static_cast<const bfloat16*>(slot.grad), chunk.begin, chunk.end);
         break;
       case DType::f16:
-        sum += sum_of_squares(static_cast<const float16*>(slot.grad), chunk.begin, chunk.end);
+        partials_(c) =
+            sum_of_squares(static_cast<const float16*>(slot.grad), chunk.begin, chunk.end);
         break;
       default:
-        sum += sum_of_squares(static_cast<const float*>(slot.grad), chunk.begin, chunk.end);
+        partials_(c) = sum_of_squares(static_cast<const float*>(slot.grad), chunk.begin, chunk.end);
     }
   }
 
-  /// Device: one team per chunk; the team's partial sum is added once.
+  /// Device: one team per chunk.
   template <class Member>
-  KOKKOS_INLINE_FUNCTION void operator()(const Member& team, double& sum) const {
+  KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
     const Chunk chunk = chunks_(team.league_rank());
     const AdamSlot& slot = slots_(chunk.slot);
     double partial = 0.0;
@@ -73,31 +81,44 @@ struct GradSumSqFunctor {
                                                : element_square<float>(slot.grad, i);
         },
         partial);
-    Kokkos::single(Kokkos::PerTeam(team), [&]() { sum += partial; });
+    Kokkos::single(Kokkos::PerTeam(team), [&]() { partials_(team.league_rank()) = partial; });
   }
 };
 
-/// Sum of squares over `chunks` on `exec`; blocks. Static schedule on the host so the
-/// result is the same run to run.
+/// The sums of squares of the grads of many params, per param, over one chunk table.
 template <class ExecSpace>
-double grad_sum_of_squares(
-    const ExecSpace& exec, const std::string& label,
-    const Kokkos::View<const AdamSlot*, typename ExecSpace::memory_space>& slots,
-    const Kokkos::View<const Chunk*, typename ExecSpace::memory_space>& chunks) {
-  const auto n = static_cast<std::int64_t>(chunks.extent(0));
-  double sum = 0.0;
-  if (n == 0) return sum;
-  const GradSumSqFunctor<ExecSpace> f{slots, chunks};
-  if constexpr (runs_on_host<ExecSpace>) {
-    Kokkos::parallel_reduce(label,
-                            Kokkos::RangePolicy<ExecSpace, Kokkos::Schedule<Kokkos::Static>,
-                                                Kokkos::IndexType<std::int64_t>>(exec, 0, n),
-                            f, sum);
-  } else {
-    Kokkos::parallel_reduce(
-        label, Kokkos::TeamPolicy<ExecSpace>(exec, static_cast<int>(n), device_team_size), f, sum);
+class GradNorms {
+ public:
+  using memory_space = typename ExecSpace::memory_space;
+
+  /// Sets the chunk table; each param's chunks must be contiguous and in order.
+  void set_chunks(const ExecSpace& exec, const std::string& label, const std::vector<Chunk>& chunks) {
+    chunks_host_ = chunks;
+    chunks_ = upload_chunks(exec, label + "::norm_chunks", chunks);
+    partials_ = Kokkos::View<double*, memory_space>(
+        Kokkos::view_alloc(Kokkos::WithoutInitializing, label + "::norm_partials"), chunks.size());
+    partials_host_ = Kokkos::create_mirror_view(partials_);
   }
-  return sum;
-}
+
+  /// per_slot[s] = sum of squares of the grads of slot s (0 for a slot without chunks), in
+  /// double; +Inf or NaN where a grad element is not finite. Blocks.
+  void sums(const ExecSpace& exec, const std::string& label,
+            const Kokkos::View<const AdamSlot*, memory_space>& slots,
+            std::vector<double>& per_slot) const {
+    std::fill(per_slot.begin(), per_slot.end(), 0.0);
+    const auto n = static_cast<std::int64_t>(chunks_host_.size());
+    if (n == 0) return;
+    launch_chunks(exec, label, n, GradChunkSumSqFunctor<ExecSpace>{slots, chunks_, partials_});
+    Kokkos::deep_copy(exec, partials_host_, partials_);
+    fence(exec, label);
+    for (std::int64_t c = 0; c < n; ++c) per_slot[chunks_host_[c].slot] += partials_host_(c);
+  }
+
+ private:
+  std::vector<Chunk> chunks_host_;
+  Kokkos::View<Chunk*, memory_space> chunks_;
+  Kokkos::View<double*, memory_space> partials_;
+  typename Kokkos::View<double*, memory_space>::HostMirror partials_host_;
+};
 
 }  // namespace kopt::Impl

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <kopt/loss_scaler.hpp>
+#include <kopt/offload_options.hpp>
 #include <kopt/param_group.hpp>
 #include <map>
 #include <memory>
@@ -27,6 +28,9 @@ struct HybridOptions {
   std::optional<double> max_grad_norm = std::nullopt;
   /// Dynamic loss scaling for fp16: grads arrive multiplied by loss_scale(); off by default.
   std::optional<LossScalerOptions> loss_scaling = std::nullopt;
+  /// Which device params have their state in host memory besides the StatePlacement::host
+  /// groups, and how their pipeline runs.
+  OffloadOptions offload = {};
 };
 
 /// What one step did.
@@ -87,15 +91,21 @@ class HybridOptimizer {
   double loss_scale() const;
   /// Completed updates of `name`.
   std::int64_t step_count(const std::string& name) const;
-  /// Optimizer state bytes per execution space name ("OpenMP", "Cuda", ...).
+  /// Optimizer state bytes (moments, amsgrad max, fp32 masters) per execution space name
+  /// whose memory holds them ("OpenMP" for host memory, "Cuda", ...): offloaded state
+  /// counts as host memory. The offload pipeline's staging buffers are not state.
   std::map<std::string, std::size_t> state_bytes() const;
-  /// Number of engines in the plan (one per execution space and param dtype present).
+  /// Whether the state of `name` lives in host memory and is updated by the offload
+  /// pipeline (its group is StatePlacement::host, or OffloadOptions selected it).
+  bool is_offloaded(const std::string& name) const { return find_(name).offloaded; }
+  /// Number of engines in the plan (one per execution space, param dtype and offload).
   std::size_t num_engines() const { return engines_.size(); }
 
  private:
   struct Placement {
     std::size_t engine;
     std::size_t group;
+    bool offloaded;
   };
   const Placement& find_(const std::string& name) const;
 
@@ -105,6 +115,10 @@ class HybridOptimizer {
   std::vector<std::unique_ptr<Impl::Engine>> engines_;
   std::vector<std::vector<std::size_t>> engine_group_;  ///< [engine][group] -> engine's group
   std::map<std::string, Placement> where_;              ///< by name, never by pointer
+  /// [engine][i]: registration ordinal of the engine's i-th param. The grad norm adds the
+  /// per-param sums in registration order, whichever engines computed them.
+  std::vector<std::vector<std::size_t>> engine_params_;
+  std::vector<double> norm_by_param_, norm_scratch_;
 };
 
 }  // namespace kopt

@@ -7,6 +7,7 @@
 #include <kopt/fused_adam.hpp>
 #include <kopt/hybrid_optimizer.hpp>
 #include <kopt/loss_scaler.hpp>
+#include <kopt/offload_options.hpp>
 #include <kopt/param_group.hpp>
 #include <kopt/runtime.hpp>
 #include <kopt/storage_types.hpp>

@@ -3,11 +3,26 @@
 /// kopt::ParamGroup: one group's hyperparameters and its named parameters.
 
 #include <kopt/adam_config.hpp>
+#include <cstdint>
 #include <kopt/tensor.hpp>
 #include <string>
 #include <vector>
 
 namespace kopt {
+
+/// Where a group's optimizer state (moments, amsgrad max, fp32 masters) lives.
+enum class StatePlacement : std::uint8_t {
+  /// Beside the params, updated by the execution space that serves their memory.
+  with_params,
+  /// In host memory (pinned where the backend has it), updated on the host while the grads
+  /// and params are copied in chunks between the params' memory and the host (ZeRO-Offload).
+  /// Meant for device params; params in host memory work too (the copies are then host
+  /// memcpys, which is how host-only builds test the pipeline) but gain nothing.
+  host,
+};
+
+/// "with_params" or "host".
+const char* name_of(StatePlacement placement);
 
 /// A parameter as registered: its unique name, its memory and its gradient's.
 struct ParamSpec {
@@ -22,7 +37,8 @@ struct ParamSpec {
 class ParamGroup {
  public:
   /// Validates `config` (throws kopt::InvalidArgument naming the field).
-  explicit ParamGroup(const AdamConfig& config = AdamConfig{});
+  explicit ParamGroup(const AdamConfig& config = AdamConfig{},
+                      StatePlacement placement = StatePlacement::with_params);
 
   /// Adds a parameter; `name` must be non-empty and unique in the group (the optimizer
   /// checks uniqueness across groups). Returns *this for chaining. Checks nothing else yet:
@@ -32,9 +48,11 @@ class ParamGroup {
   AdamConfig& config() { return config_; }
   const AdamConfig& config() const { return config_; }
   const std::vector<ParamSpec>& params() const { return params_; }
+  StatePlacement placement() const { return placement_; }
 
  private:
   AdamConfig config_;
+  StatePlacement placement_;
   std::vector<ParamSpec> params_;
 };
 

@@ -5,8 +5,10 @@
 /// the one place that picks the execution space for a memory space.
 
 #include <kopt/fused_adam.hpp>
+#include <kopt/offload_options.hpp>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace kopt::Impl {
 
@@ -19,14 +21,18 @@ class Engine {
                    std::size_t group) = 0;
   virtual void set_grad(const std::string& name, const Tensor& grad) = 0;
   virtual void rebind(const std::string& name, const Tensor& param, const Tensor& grad) = 0;
-  virtual double grad_sum_of_squares() = 0;
+  /// Per param of this engine, in the order they were added: the sum of squares of its grad
+  /// (0 without one), computed where the grads live. Blocks.
+  virtual void grad_sums_of_squares(std::vector<double>& per_param) = 0;
   virtual void step(double grad_scale) = 0;
   virtual void reload_model_params() = 0;
   virtual void fence() = 0;
   virtual std::int64_t step_count(const std::string& name) const = 0;
   virtual std::size_t state_bytes() const = 0;
-  /// "OpenMP", "Cuda", ...
+  /// The execution space that serves the params' memory: "OpenMP", "Cuda", ...
   virtual const char* space_name() const = 0;
+  /// The execution space whose memory holds the optimizer state (the host's for offload).
+  virtual const char* state_space_name() const { return space_name(); }
 };
 
 template <class ExecSpace>
@@ -53,7 +59,9 @@ class EngineFor final : public Engine {
   void rebind(const std::string& name, const Tensor& param, const Tensor& grad) override {
     adam_.rebind(name, param, grad);
   }
-  double grad_sum_of_squares() override { return adam_.grad_sum_of_squares(); }
+  void grad_sums_of_squares(std::vector<double>& per_param) override {
+    adam_.grad_sums_of_squares(per_param);
+  }
   void step(double grad_scale) override { adam_.step(grad_scale); }
   void reload_model_params() override { adam_.reload_model_params(); }
   void fence() override { Impl::fence(adam_.exec(), "kopt::HybridOptimizer::fence"); }
@@ -74,5 +82,11 @@ std::unique_ptr<Engine> make_engine(MemorySpace space, DType dtype);
 
 /// The name of the execution space make_engine picks for `space` (for grouping).
 const char* engine_space_for(MemorySpace space);
+
+/// An offload engine for params in `space` (device params, host state): the pipeline runs
+/// on CUDA streams for CUDA memory, on host worker threads for host memory. Throws
+/// kopt::NotCompiled like make_engine.
+std::unique_ptr<Engine> make_offload_engine(MemorySpace space, DType dtype,
+                                            const OffloadOptions& options);
 
 }  // namespace kopt::Impl

@@ -33,46 +33,6 @@ SpaceMask reachable_spaces() {
   return mask;
 }
 
-/// Calls `f` with a value of the C++ element type of `dtype` (float, bfloat16, float16).
-template <class F>
-void visit_update_dtype(DType dtype, F&& f) {
-  switch (dtype) {
-    case DType::f32:
-      f(float{});
-      return;
-    case DType::bf16:
-      f(bfloat16{});
-      return;
-    case DType::f16:
-      f(float16{});
-      return;
-    default:
-      break;
-  }
-  assert(false && "kopt: no kernel for this dtype; the registry should have refused it");
-}
-
-/// Appends the chunks covering `numel` elements of slot `slot`.
-inline void append_chunks(std::vector<Chunk>& chunks, std::size_t slot, std::int64_t numel,
-                          std::int64_t chunk) {
-  for (std::int64_t b = 0; b < numel; b += chunk)
-    chunks.push_back(Chunk{b, std::min(numel, b + chunk), static_cast<std::int32_t>(slot)});
-}
-
-/// A device copy of a host chunk list, labelled.
-template <class ExecSpace>
-Kokkos::View<Chunk*, typename ExecSpace::memory_space> upload_chunks(
-    const ExecSpace& exec, const std::string& label, const std::vector<Chunk>& chunks) {
-  Kokkos::View<Chunk*, typename ExecSpace::memory_space> dev(
-      Kokkos::view_alloc(Kokkos::WithoutInitializing, label), chunks.size());
-  Kokkos::View<const Chunk*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> host(
-      chunks.data(), chunks.size());
-  Kokkos::deep_copy(exec, dev, host);
-  // `chunks` is caller-owned and may die right after: make sure the copy has read it.
-  fence(exec, "kopt::upload_chunks");
-  return dev;
-}
-
 }  // namespace Impl
 
 template <class ExecSpace>
@@ -187,7 +147,7 @@ void FusedAdam<ExecSpace>::build_classes_(const std::vector<int>& signature) {
     classes_[c].chunks = Impl::upload_chunks(exec_, label_ + "::chunks", lists[c]);
     all.insert(all.end(), lists[c].begin(), lists[c].end());
   }
-  all_chunks_ = Impl::upload_chunks(exec_, label_ + "::all_chunks", all);
+  norms_.set_chunks(exec_, label_, all);
   signature_ = signature;
 }
 
@@ -219,11 +179,20 @@ void FusedAdam<ExecSpace>::plan_step_() {
 }
 
 template <class ExecSpace>
-double FusedAdam<ExecSpace>::grad_sum_of_squares() {
+void FusedAdam<ExecSpace>::grad_sums_of_squares(std::vector<double>& per_param) {
   registry_.validate_configs();
   plan_step_();
   fill_slots_(1.0, false);  // grad pointers and dtypes of this step
-  return Impl::grad_sum_of_squares(exec_, label_ + "::grad_sum_of_squares", slots_, all_chunks_);
+  per_param.resize(registry_.size());
+  norms_.sums(exec_, label_ + "::grad_sum_of_squares", slots_, per_param);
+}
+
+template <class ExecSpace>
+double FusedAdam<ExecSpace>::grad_sum_of_squares() {
+  grad_sums_of_squares(norm_scratch_);
+  double sum = 0.0;
+  for (const double s : norm_scratch_) sum += s;
+  return sum;
 }
 
 template <class ExecSpace>
@@ -233,21 +202,9 @@ void FusedAdam<ExecSpace>::step(double grad_scale) {
   registry_.validate_configs();
   plan_step_();
   fill_slots_(grad_scale, true);
-  for (const KernelClass& kc : classes_) {
-    const auto n = static_cast<std::int64_t>(kc.chunks.extent(0));
-    Impl::visit_update_dtype(kc.key.param, [&](auto param_type) {
-      Impl::visit_update_dtype(kc.key.grad, [&](auto grad_type) {
-        using P = decltype(param_type);
-        using G = decltype(grad_type);
-        if (kc.key.amsgrad)
-          Impl::launch_chunks(exec_, label_ + "::update", n,
-                              Impl::FusedAdamFunctor<ExecSpace, P, G, true>{slots_, kc.chunks});
-        else
-          Impl::launch_chunks(exec_, label_ + "::update", n,
-                              Impl::FusedAdamFunctor<ExecSpace, P, G, false>{slots_, kc.chunks});
-      });
-    });
-  }
+  for (const KernelClass& kc : classes_)
+    Impl::launch_update(exec_, label_ + "::update", kc.key.param, kc.key.grad, kc.key.amsgrad,
+                        slots_, kc.chunks);
   for (std::size_t i = 0; i < registry_.size(); ++i)
     if (signature_[i] > 0) ++registry_[i].step;
 }

@@ -1,0 +1,127 @@
+#pragma once
+/// \file
+/// The offload engine (ZeRO-Offload): params and grads stay where the training code keeps
+/// them (device memory); moments, amsgrad max and fp32 masters of every param live in host
+/// memory (`StateMem`: pinned where the backend has it). Each step runs a pipeline of
+/// fixed-size chunks: grads device->host on one copy queue, the host update of a chunk as
+/// soon as exactly that chunk's copies landed, the updated params host->device on a second
+/// queue, the next chunk's grads landing while this one computes. The host update is
+/// kopt's fused kernel (launch_update) on the host execution space: the same code, so
+/// offloaded params get bitwise the same values as params updated by a host engine.
+
+#include <kopt/impl/copy_queue.hpp>
+#include <kopt/impl/engine.hpp>
+#include <kopt/offload_options.hpp>
+
+namespace kopt::Impl {
+
+/// Wall-clock seconds of the last offloaded step, for the benchmark.
+struct PipelineTimes {
+  double update = 0;  ///< in host update kernels
+  double total = 0;   ///< the whole step
+};
+
+/// What a step runs; anything but `full` is for measuring the phases apart (it leaves the
+/// params and state meaningless).
+enum class PipelineMode { full, update_only, copies_only };
+
+template <class DeviceExec, class StateMem>
+class OffloadEngine final : public Engine {
+ public:
+  using HostExec = Kokkos::DefaultHostExecutionSpace;
+
+  OffloadEngine(const DeviceExec& device, std::unique_ptr<CopyQueue> to_host,
+                std::unique_ptr<CopyQueue> to_device, const OffloadOptions& options,
+                std::string label);
+  ~OffloadEngine() override;
+
+  std::size_t add_group(const AdamConfig& config) override;
+  AdamConfig& config(std::size_t group) override { return registry_.config(group); }
+  void add(const std::string& name, const Tensor& param, const Tensor& grad,
+           std::size_t group) override;
+  void set_grad(const std::string& name, const Tensor& grad) override {
+    registry_.set_grad(name, grad);
+  }
+  void rebind(const std::string& name, const Tensor& param, const Tensor& grad) override {
+    registry_.rebind(name, param, grad);
+  }
+  void grad_sums_of_squares(std::vector<double>& per_param) override;
+  void step(double grad_scale) override;
+  void reload_model_params() override;
+  void fence() override {}  // step() and reload_model_params() return with all copies done
+  std::int64_t step_count(const std::string& name) const override {
+    return registry_[registry_.index_of(name)].step;
+  }
+  std::size_t state_bytes() const override;
+  const char* space_name() const override { return DeviceExec::name(); }
+  const char* state_space_name() const override { return HostExec::name(); }
+
+  void set_mode(PipelineMode mode) { mode_ = mode; }
+  const PipelineTimes& last_times() const { return times_; }
+
+ private:
+  using HostFloats = Kokkos::View<float*, StateMem>;
+  using DevMem = typename DeviceExec::memory_space;
+  struct ClassKey {
+    DType param, grad;
+    bool amsgrad;
+    bool operator==(const ClassKey&) const = default;
+  };
+  /// Elements [begin, begin + len) of registry entry `entry`, staged at element `stage` of
+  /// its chunk's staging buffers.
+  struct Segment {
+    std::size_t entry;
+    std::int64_t begin, len, stage;
+  };
+  /// One kernel class's host chunks within a pipeline chunk: host_chunks_[first, last).
+  struct ClassRange {
+    ClassKey key;
+    std::size_t first, last;
+  };
+  /// A pipeline chunk: segments_[seg_first, seg_last), ranges_[range_first, range_last).
+  struct Batch {
+    std::size_t seg_first, seg_last, range_first, range_last;
+  };
+
+  void ensure_state_();
+  void plan_();
+  void build_batches_(const std::vector<std::size_t>& entries, bool with_kernels);
+  unsigned char* grad_stage_(std::size_t batch) const;
+  unsigned char* param_stage_(std::size_t batch) const;
+  /// Where entry e's updated param values sit on the host: its master for f32, else staging.
+  const void* host_param_(std::size_t batch, const Segment& s) const;
+  void send_grads_(std::size_t batch);
+  void update_(std::size_t batch);
+  void send_params_(std::size_t batch);
+  void reload_(std::size_t first_entry);
+  void drain_queues_() noexcept;
+
+  DeviceExec device_;
+  HostExec host_;
+  std::unique_ptr<CopyQueue> to_host_, to_device_;
+  OffloadOptions options_;
+  std::string label_;
+  ParamRegistry registry_;
+  HostFloats exp_avg_, exp_avg_sq_, max_exp_avg_sq_, master_;  ///< master of every param
+  Kokkos::View<unsigned char*, StateMem> staging_;  ///< per buffer: grads, then params
+
+  // The step's plan: rebuilt when which params have grads (or their kernel class) changes.
+  std::vector<int> signature_, next_signature_;
+  std::vector<ClassKey> keys_;
+  std::vector<Segment> segments_;
+  std::vector<Batch> batches_;
+  std::vector<ClassRange> ranges_;
+  std::vector<Chunk> host_chunks_;  ///< slot = segment index
+  std::vector<AdamSlot> host_slots_;  ///< per segment, pointing into staging and state
+  std::vector<CopyQueue::Ticket> grads_landed_, params_sent_;
+
+  // The grad norm, computed where the grads are before the pipeline starts.
+  Kokkos::View<AdamSlot*, DevMem> device_slots_;
+  typename Kokkos::View<AdamSlot*, DevMem>::HostMirror device_slots_host_;
+  GradNorms<DeviceExec> norms_;
+
+  PipelineMode mode_ = PipelineMode::full;
+  PipelineTimes times_;
+};
+
+}  // namespace kopt::Impl

@@ -1,0 +1,347 @@
+#pragma once
+/// \file
+/// Member definitions of the offload engine; included by the files that instantiate it
+/// (src/offload_host.cpp, backends/cuda/offload_cuda.cpp).
+
+#include <chrono>
+#include <cmath>
+#include <kopt/error.hpp>
+#include <kopt/impl/fused_adam_def.hpp>
+#include <kopt/impl/offload_engine.hpp>
+
+namespace kopt::Impl {
+
+namespace offload_detail {
+/// Staging holds every element at a 4-byte stride, whatever its dtype: segments of f32 and
+/// 16-bit grads then share a buffer without overlapping.
+constexpr std::int64_t stride = 4;
+inline double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+}  // namespace offload_detail
+
+template <class DeviceExec, class StateMem>
+OffloadEngine<DeviceExec, StateMem>::OffloadEngine(const DeviceExec& device,
+                                                   std::unique_ptr<CopyQueue> to_host,
+                                                   std::unique_ptr<CopyQueue> to_device,
+                                                   const OffloadOptions& options, std::string label)
+    : device_(device),
+      to_host_(std::move(to_host)),
+      to_device_(std::move(to_device)),
+      options_(options),
+      label_(std::move(label)),
+      registry_(reachable_spaces<DeviceExec>(), label_) {
+  options_.validate();
+}
+
+template <class DeviceExec, class StateMem>
+OffloadEngine<DeviceExec, StateMem>::~OffloadEngine() {
+  drain_queues_();  // no copy may outlive the buffers it reads or writes
+}
+
+template <class DeviceExec, class StateMem>
+std::size_t OffloadEngine<DeviceExec, StateMem>::add_group(const AdamConfig& config) {
+  return registry_.add_group(config);
+}
+
+template <class DeviceExec, class StateMem>
+void OffloadEngine<DeviceExec, StateMem>::add(const std::string& name, const Tensor& param,
+                                              const Tensor& grad, std::size_t group) {
+  registry_.add(name, param, grad, group);
+}
+
+template <class DeviceExec, class StateMem>
+void OffloadEngine<DeviceExec, StateMem>::drain_queues_() noexcept {
+  try {
+    to_host_->drain();
+  } catch (...) {
+  }
+  try {
+    to_device_->drain();
+  } catch (...) {
+  }
+}
+
+template <class DeviceExec, class StateMem>
+void OffloadEngine<DeviceExec, StateMem>::ensure_state_() {
+  const std::int64_t moments = registry_.lay_out().first;
+  bool need_max = false;
+  for (std::size_t g = 0; g < registry_.num_groups(); ++g) need_max |= registry_.config(g).amsgrad;
+  const bool grew = registry_.first_new() < registry_.size();
+  if (!grew && !(need_max && max_exp_avg_sq_.extent(0) != exp_avg_.extent(0))) return;
+  const auto grow = [&](const HostFloats& old, const char* what) {
+    if (static_cast<std::int64_t>(old.extent(0)) == moments) return old;
+    HostFloats grown(Kokkos::view_alloc(host_, label_ + "::" + what), moments);  // zeros
+    if (old.extent(0) > 0)
+      Kokkos::deep_copy(host_, Kokkos::subview(grown, std::make_pair(std::size_t{0}, old.extent(0))),
+                        old);
+    return grown;
+  };
+  exp_avg_ = grow(exp_avg_, "exp_avg");
+  exp_avg_sq_ = grow(exp_avg_sq_, "exp_avg_sq");
+  if (need_max || max_exp_avg_sq_.extent(0) > 0)
+    max_exp_avg_sq_ = grow(max_exp_avg_sq_, "max_exp_avg_sq");
+  master_ = grow(master_, "master");  // every param's, f32 ones included
+  if (staging_.extent(0) == 0)
+    staging_ = decltype(staging_)(
+        Kokkos::view_alloc(Kokkos::WithoutInitializing, label_ + "::staging"),
+        static_cast<std::size_t>(options_.staging_buffers * options_.chunk_elements * 2 *
+                                 offload_detail::stride));
+  Impl::fence(host_, label_ + "::state");
+  if (grew) reload_(registry_.first_new());  // masters start from the params
+  signature_.clear();                         // buffers moved: rebuild the plan
+}
+
+template <class DeviceExec, class StateMem>
+unsigned char* OffloadEngine<DeviceExec, StateMem>::grad_stage_(std::size_t batch) const {
+  const auto per_buffer = options_.chunk_elements * 2 * offload_detail::stride;
+  return staging_.data() + (batch % options_.staging_buffers) * per_buffer;
+}
+
+template <class DeviceExec, class StateMem>
+unsigned char* OffloadEngine<DeviceExec, StateMem>::param_stage_(std::size_t batch) const {
+  return grad_stage_(batch) + options_.chunk_elements * offload_detail::stride;
+}
+
+template <class DeviceExec, class StateMem>
+const void* OffloadEngine<DeviceExec, StateMem>::host_param_(std::size_t batch,
+                                                             const Segment& s) const {
+  const ParamEntry& e = registry_[s.entry];
+  if (e.param.dtype == DType::f32) return master_.data() + e.state_offset + s.begin;
+  return param_stage_(batch) + s.stage * offload_detail::stride;
+}
+
+template <class DeviceExec, class StateMem>
+void OffloadEngine<DeviceExec, StateMem>::build_batches_(const std::vector<std::size_t>& entries,
+                                                         bool with_kernels) {
+  segments_.clear();
+  batches_.clear();
+  ranges_.clear();
+  host_chunks_.clear();
+  const std::int64_t chunk = options_.chunk_elements;
+  std::int64_t fill = 0;
+  const auto close_batch = [&] {
+    Batch b{batches_.empty() ? 0 : batches_.back().seg_last, segments_.size(), ranges_.size(), 0};
+    if (with_kernels)
+      for (std::size_t k = 0; k < keys_.size(); ++k) {
+        const std::size_t first = host_chunks_.size();
+        for (std::size_t i = b.seg_first; i < b.seg_last; ++i)
+          if (signature_[segments_[i].entry] == static_cast<int>(k) + 1)
+            append_chunks(host_chunks_, i, segments_[i].len, chunk_size<HostExec>);
+        if (host_chunks_.size() > first) ranges_.push_back(ClassRange{keys_[k], first, host_chunks_.size()});
+      }
+    b.range_last = ranges_.size();
+    batches_.push_back(b);
+    fill = 0;
+  };
+  for (const std::size_t e : entries)
+    for (std::int64_t off = 0, numel = registry_[e].param.numel; off < numel;) {
+      const std::int64_t take = std::min(numel - off, chunk - fill);
+      segments_.push_back(Segment{e, off, take, fill});
+      off += take;
+      fill += take;
+      if (fill == chunk) close_batch();
+    }
+  if (fill > 0) close_batch();
+  grads_landed_.assign(batches_.size(), 0);
+  params_sent_.assign(batches_.size(), 0);
+}
+
+template <class DeviceExec, class StateMem>
+void OffloadEngine<DeviceExec, StateMem>::plan_() {
+  ensure_state_();
+  std::vector<int>& signature = next_signature_;
+  std::vector<ClassKey> keys;
+  signature.assign(registry_.size(), 0);
+  for (std::size_t i = 0; i < registry_.size(); ++i) {
+    const ParamEntry& e = registry_[i];
+    if (e.grad.data == nullptr) continue;
+    const ClassKey key{e.param.dtype, e.grad.dtype, registry_.config(e.group).amsgrad};
+    const auto it = std::find(keys.begin(), keys.end(), key);
+    signature[i] = static_cast<int>(it - keys.begin()) + 1;
+    if (it == keys.end()) keys.push_back(key);
+  }
+  if (signature == signature_ && keys == keys_) return;
+  signature_ = signature;
+  keys_ = keys;
+  std::vector<std::size_t> entries;
+  std::vector<Chunk> norm_chunks;
+  for (std::size_t i = 0; i < registry_.size(); ++i)
+    if (signature_[i] > 0) {
+      entries.push_back(i);
+      append_chunks(norm_chunks, i, registry_[i].param.numel, chunk_size<DeviceExec>);
+    }
+  build_batches_(entries, true);
+  host_slots_.assign(segments_.size(), AdamSlot{});
+  for (std::size_t b = 0; b < batches_.size(); ++b)
+    for (std::size_t i = batches_[b].seg_first; i < batches_[b].seg_last; ++i) {
+      const Segment& s = segments_[i];
+      const ParamEntry& e = registry_[s.entry];
+      AdamSlot& slot = host_slots_[i];
+      const std::int64_t at = e.state_offset + s.begin;
+      slot.param = const_cast<void*>(host_param_(b, s));
+      slot.grad = grad_stage_(b) + s.stage * offload_detail::stride;
+      slot.grad_dtype = e.grad.dtype;
+      slot.master = e.param.dtype == DType::f32 ? nullptr : master_.data() + at;
+      slot.exp_avg = exp_avg_.data() + at;
+      slot.exp_avg_sq = exp_avg_sq_.data() + at;
+      slot.max_exp_avg_sq = max_exp_avg_sq_.extent(0) > 0 ? max_exp_avg_sq_.data() + at : nullptr;
+    }
+  norms_.set_chunks(device_, label_, norm_chunks);
+  if (device_slots_.extent(0) != registry_.size()) {
+    device_slots_ = decltype(device_slots_)(label_ + "::device_slots", registry_.size());
+    device_slots_host_ = Kokkos::create_mirror_view(device_slots_);
+  }
+}
+
+template <class DeviceExec, class StateMem>
+void OffloadEngine<DeviceExec, StateMem>::grad_sums_of_squares(std::vector<double>& per_param) {
+  registry_.validate_configs();
+  plan_();
+  for (std::size_t i = 0; i < registry_.size(); ++i) {
+    device_slots_host_(i).grad = registry_[i].grad.data;
+    device_slots_host_(i).grad_dtype = registry_[i].grad.dtype;
+  }
+  Kokkos::deep_copy(device_, device_slots_, device_slots_host_);
+  per_param.resize(registry_.size());
+  norms_.sums(device_, label_ + "::grad_sum_of_squares", device_slots_, per_param);
+}
+
+template <class DeviceExec, class StateMem>
+void OffloadEngine<DeviceExec, StateMem>::send_grads_(std::size_t batch) {
+  // This batch's staging buffer was last used by batch - staging_buffers: its params must
+  // be on their way out before new grads land on them.
+  const auto depth = static_cast<std::size_t>(options_.staging_buffers);
+  if (batch >= depth) to_device_->wait(params_sent_[batch - depth]);
+  if (mode_ != PipelineMode::update_only)
+    for (std::size_t i = batches_[batch].seg_first; i < batches_[batch].seg_last; ++i) {
+      const Segment& s = segments_[i];
+      const Tensor& grad = registry_[s.entry].grad;
+      const std::size_t size = size_of(grad.dtype);
+      to_host_->copy(grad_stage_(batch) + s.stage * offload_detail::stride,
+                     static_cast<const unsigned char*>(grad.data) + s.begin * size, s.len * size);
+    }
+  grads_landed_[batch] = to_host_->mark();
+}
+
+template <class DeviceExec, class StateMem>
+void OffloadEngine<DeviceExec, StateMem>::update_(std::size_t batch) {
+  if (mode_ == PipelineMode::copies_only) return;
+  const auto t0 = std::chrono::steady_clock::now();
+  using Unmanaged = Kokkos::MemoryTraits<Kokkos::Unmanaged>;
+  const Kokkos::View<const AdamSlot*, Kokkos::HostSpace, Unmanaged> slots(host_slots_.data(),
+                                                                          host_slots_.size());
+  for (std::size_t r = batches_[batch].range_first; r < batches_[batch].range_last; ++r) {
+    const ClassRange& range = ranges_[r];
+    const Kokkos::View<const Chunk*, Kokkos::HostSpace, Unmanaged> chunks(
+        host_chunks_.data() + range.first, range.last - range.first);
+    launch_update(host_, label_ + "::update", range.key.param, range.key.grad, range.key.amsgrad,
+                  slots, chunks);
+  }
+  Impl::fence(host_, label_ + "::update");
+  times_.update += offload_detail::seconds_since(t0);
+}
+
+template <class DeviceExec, class StateMem>
+void OffloadEngine<DeviceExec, StateMem>::send_params_(std::size_t batch) {
+  if (mode_ != PipelineMode::update_only)
+    for (std::size_t i = batches_[batch].seg_first; i < batches_[batch].seg_last; ++i) {
+      const Segment& s = segments_[i];
+      const Tensor& param = registry_[s.entry].param;
+      const std::size_t size = size_of(param.dtype);
+      to_device_->copy(static_cast<unsigned char*>(param.data) + s.begin * size,
+                       host_param_(batch, s), s.len * size);
+    }
+  params_sent_[batch] = to_device_->mark();
+}
+
+template <class DeviceExec, class StateMem>
+void OffloadEngine<DeviceExec, StateMem>::step(double grad_scale) {
+  KOPT_THROW_IF(!std::isfinite(grad_scale),
+                label_ << ": step(grad_scale = " << grad_scale << "): grad_scale must be finite");
+  registry_.validate_configs();
+  plan_();
+  // Scalars per segment, from its param's own group and step count.
+  std::size_t last = SIZE_MAX;
+  AdamStepScalars scalars{};
+  for (std::size_t i = 0; i < segments_.size(); ++i) {
+    const ParamEntry& e = registry_[segments_[i].entry];
+    if (segments_[i].entry != last) {
+      scalars = AdamStepScalars::make(registry_.config(e.group), e.step + 1, grad_scale);
+      last = segments_[i].entry;
+    }
+    host_slots_[i].scalars = scalars;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  times_ = PipelineTimes{};
+  // The grads were written by work on the device's own instance: let it finish first.
+  Impl::fence(device_, label_ + "::grads_ready");
+  try {
+    const std::size_t n = batches_.size();
+    if (n > 0) send_grads_(0);
+    for (std::size_t b = 0; b < n; ++b) {
+      if (b + 1 < n) send_grads_(b + 1);  // lands while this batch computes
+      to_host_->wait(grads_landed_[b]);   // exactly this batch's grads
+      update_(b);
+      send_params_(b);
+    }
+    to_device_->drain();  // the next forward must never read a half-copied param
+  } catch (...) {
+    drain_queues_();
+    throw;
+  }
+  times_.total = offload_detail::seconds_since(t0);
+  for (std::size_t i = 0; i < registry_.size(); ++i)
+    if (signature_[i] > 0) ++registry_[i].step;
+}
+
+template <class DeviceExec, class StateMem>
+void OffloadEngine<DeviceExec, StateMem>::reload_(std::size_t first_entry) {
+  // Every param from first_entry on, batch by batch: f32 params land in their master
+  // directly, 16-bit ones in staging and are widened into it.
+  std::vector<std::size_t> entries;
+  for (std::size_t i = first_entry; i < registry_.size(); ++i) entries.push_back(i);
+  build_batches_(entries, false);
+  signature_.clear();  // the batches now describe this reload, not a step
+  Impl::fence(device_, label_ + "::params_ready");
+  for (std::size_t b = 0; b < batches_.size(); ++b) {
+    for (std::size_t i = batches_[b].seg_first; i < batches_[b].seg_last; ++i) {
+      const Segment& s = segments_[i];
+      const Tensor& param = registry_[s.entry].param;
+      const std::size_t size = size_of(param.dtype);
+      to_host_->copy(const_cast<void*>(host_param_(b, s)),
+                     static_cast<const unsigned char*>(param.data) + s.begin * size, s.len * size);
+    }
+    to_host_->drain();
+    for (std::size_t i = batches_[b].seg_first; i < batches_[b].seg_last; ++i) {
+      const Segment& s = segments_[i];
+      const ParamEntry& e = registry_[s.entry];
+      if (e.param.dtype == DType::f32) continue;
+      float* master = master_.data() + e.state_offset + s.begin;
+      const void* staged = host_param_(b, s);
+      const bool bf16 = e.param.dtype == DType::bf16;
+      Kokkos::parallel_for(
+          label_ + "::widen_to_master",
+          Kokkos::RangePolicy<HostExec, Kokkos::IndexType<std::int64_t>>(host_, 0, s.len),
+          [=](std::int64_t j) {
+            master[j] = bf16 ? to_float(static_cast<const bfloat16*>(staged)[j])
+                             : to_float(static_cast<const float16*>(staged)[j]);
+          });
+    }
+    Impl::fence(host_, label_ + "::widen_to_master");
+  }
+}
+
+template <class DeviceExec, class StateMem>
+void OffloadEngine<DeviceExec, StateMem>::reload_model_params() {
+  ensure_state_();
+  reload_(0);
+}
+
+template <class DeviceExec, class StateMem>
+std::size_t OffloadEngine<DeviceExec, StateMem>::state_bytes() const {
+  return sizeof(float) *
+         (exp_avg_.span() + exp_avg_sq_.span() + max_exp_avg_sq_.span() + master_.span());
+}
+
+}  // namespace kopt::Impl

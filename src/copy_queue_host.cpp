@@ -1,0 +1,78 @@
+// The host copy queue: a worker thread runs the copies in order, so host-only builds run
+// the offload pipeline with the same asynchrony (and the same hazards) as a device stream.
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <kopt/impl/copy_queue.hpp>
+#include <mutex>
+#include <thread>
+
+namespace kopt::Impl {
+
+namespace {
+
+class HostCopyQueue final : public CopyQueue {
+ public:
+  HostCopyQueue() : worker_([this] { run_(); }) {}
+  ~HostCopyQueue() override {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stop_ = true;
+    }
+    work_.notify_one();
+    worker_.join();
+  }
+
+  void copy(void* dst, const void* src, std::size_t bytes) override {
+    if (bytes == 0) return;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      pending_.push_back(Copy{dst, src, bytes});
+      ++enqueued_;
+    }
+    work_.notify_one();
+  }
+  Ticket mark() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return enqueued_;
+  }
+  void wait(Ticket ticket) override {
+    std::unique_lock<std::mutex> lock(mutex_);
+    landed_.wait(lock, [&] { return completed_ >= ticket; });
+  }
+
+ private:
+  struct Copy {
+    void* dst;
+    const void* src;
+    std::size_t bytes;
+  };
+
+  void run_() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    for (;;) {
+      work_.wait(lock, [&] { return stop_ || !pending_.empty(); });
+      if (pending_.empty()) return;  // stop_ and nothing left
+      const Copy c = pending_.front();
+      pending_.pop_front();
+      lock.unlock();
+      std::memcpy(c.dst, c.src, c.bytes);
+      lock.lock();
+      ++completed_;  // under the mutex: a waiter that sees it also sees the bytes
+      landed_.notify_all();
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable work_, landed_;
+  std::deque<Copy> pending_;
+  Ticket enqueued_ = 0, completed_ = 0;
+  bool stop_ = false;
+  std::thread worker_;  // last: starts after everything it reads is constructed
+};
+
+}  // namespace
+
+std::unique_ptr<CopyQueue> make_host_copy_queue() { return std::make_unique<HostCopyQueue>(); }
+
+}  // namespace kopt::Impl
