@@ -1,5 +1,6 @@
 // The host copy queue: a worker thread runs the copies in order, so host-only builds run
 // the offload pipeline with the same asynchrony (and the same hazards) as a device stream.
+#include <atomic>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -10,6 +11,8 @@
 namespace kopt::Impl {
 
 namespace {
+
+std::atomic<std::int64_t> latency_us{0};
 
 class HostCopyQueue final : public CopyQueue {
  public:
@@ -56,6 +59,8 @@ class HostCopyQueue final : public CopyQueue {
       const Copy c = pending_.front();
       pending_.pop_front();
       lock.unlock();
+      if (const auto us = latency_us.load(std::memory_order_relaxed); us > 0)
+        std::this_thread::sleep_for(std::chrono::microseconds(us));
       std::memcpy(c.dst, c.src, c.bytes);
       lock.lock();
       ++completed_;  // under the mutex: a waiter that sees it also sees the bytes
@@ -74,5 +79,7 @@ class HostCopyQueue final : public CopyQueue {
 }  // namespace
 
 std::unique_ptr<CopyQueue> make_host_copy_queue() { return std::make_unique<HostCopyQueue>(); }
+
+void set_host_copy_latency(std::chrono::microseconds latency) { latency_us = latency.count(); }
 
 }  // namespace kopt::Impl

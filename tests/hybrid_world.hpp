@@ -32,11 +32,16 @@ struct HybridWorld {
   std::unique_ptr<kopt::HybridOptimizer> opt;
   std::mt19937 rng;
 
+  // `host_state[g]`: group g is StatePlacement::host (offloaded); missing entries: with_params.
   HybridWorld(std::vector<kopt::AdamConfig> cfgs, std::vector<ParamDef> ds,
-              kopt::HybridOptions opts = {}, unsigned seed = 11)
+              kopt::HybridOptions opts = {}, unsigned seed = 11,
+              const std::vector<bool>& host_state = {})
       : configs(std::move(cfgs)), defs(std::move(ds)), options(opts), rng(seed) {
     std::vector<kopt::ParamGroup> groups;
-    for (const auto& c : configs) groups.emplace_back(c);
+    for (std::size_t g = 0; g < configs.size(); ++g)
+      groups.emplace_back(configs[g], g < host_state.size() && host_state[g]
+                                          ? kopt::StatePlacement::host
+                                          : kopt::StatePlacement::with_params);
     for (std::size_t j = 0; j < defs.size(); ++j) {
       const ParamDef& d = defs[j];
       params.emplace_back(d.param, d.on_device, d.n);

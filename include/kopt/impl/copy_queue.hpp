@@ -6,6 +6,7 @@
 /// stream of its own; the host queue, which host-only builds run the pipeline with, is a
 /// worker thread that plays the part of a device's copy engine.
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -33,5 +34,9 @@ class CopyQueue {
 
 /// A queue whose copies a worker thread runs in order (memcpy).
 std::unique_ptr<CopyQueue> make_host_copy_queue();
+
+/// Test hook: every host queue copy from now on first sleeps this long, like a slow link,
+/// so a pipeline that reads a copy before waiting for it fails every time, not by chance.
+void set_host_copy_latency(std::chrono::microseconds latency);
 
 }  // namespace kopt::Impl
