@@ -31,4 +31,10 @@ function(kopt_kernel_flags target)
       target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-march=native>)
     endif()
   endif()
+  # nvcc contracts device code to FMAs by default; without that the device kernels give the
+  # host's bits, so an offloaded param (updated on the host) equals one updated on the GPU.
+  # (nvcc_wrapper passes --fmad through to nvcc; Clang's CUDA obeys -ffp-contract above.)
+  if(Kokkos_ENABLE_CUDA AND CMAKE_CXX_COMPILER MATCHES "nvcc_wrapper")
+    target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:--fmad=false>)
+  endif()
 endfunction()

@@ -191,6 +191,8 @@ std::string load_average() {
 
 }  // namespace
 
+void register_offload_benchmarks();  // bench_offload.cpp
+
 int main(int argc, char** argv) {
   Kokkos::ScopeGuard kokkos(argc, argv);
   benchmark::Initialize(&argc, argv);
@@ -210,6 +212,7 @@ int main(int argc, char** argv) {
   benchmark::RegisterBenchmark("hybrid_bf16_clip_and_loss_scale/host", bm_hybrid_clipped)
       ->UseManualTime()
       ->Unit(benchmark::kMillisecond);
+  register_offload_benchmarks();
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   return 0;

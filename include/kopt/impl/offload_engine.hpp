@@ -17,8 +17,10 @@ namespace kopt::Impl {
 
 /// Wall-clock seconds of the last offloaded step, for the benchmark.
 struct PipelineTimes {
-  double update = 0;  ///< in host update kernels
-  double total = 0;   ///< the whole step
+  double update = 0;        ///< in host update kernels
+  double wait_grads = 0;    ///< waiting for a chunk's grads to land
+  double wait_staging = 0;  ///< waiting for a staging buffer's params to leave
+  double total = 0;         ///< the whole step
 };
 
 /// What a step runs; anything but `full` is for measuring the phases apart (it leaves the

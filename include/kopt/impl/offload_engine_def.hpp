@@ -212,7 +212,11 @@ void OffloadEngine<DeviceExec, StateMem>::send_grads_(std::size_t batch) {
   // This batch's staging buffer was last used by batch - staging_buffers: its params must
   // be on their way out before new grads land on them.
   const auto depth = static_cast<std::size_t>(options_.staging_buffers);
-  if (batch >= depth) to_device_->wait(params_sent_[batch - depth]);
+  if (batch >= depth) {
+    const auto t0 = std::chrono::steady_clock::now();
+    to_device_->wait(params_sent_[batch - depth]);
+    times_.wait_staging += offload_detail::seconds_since(t0);
+  }
   if (mode_ != PipelineMode::update_only)
     for (std::size_t i = batches_[batch].seg_first; i < batches_[batch].seg_last; ++i) {
       const Segment& s = segments_[i];
@@ -281,7 +285,9 @@ void OffloadEngine<DeviceExec, StateMem>::step(double grad_scale) {
     if (n > 0) send_grads_(0);
     for (std::size_t b = 0; b < n; ++b) {
       if (b + 1 < n) send_grads_(b + 1);  // lands while this batch computes
-      to_host_->wait(grads_landed_[b]);   // exactly this batch's grads
+      const auto t_wait = std::chrono::steady_clock::now();
+      to_host_->wait(grads_landed_[b]);  // exactly this batch's grads
+      times_.wait_grads += offload_detail::seconds_since(t_wait);
       update_(b);
       send_params_(b);
     }

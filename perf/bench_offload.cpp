@@ -1,0 +1,99 @@
+// The offload pipeline (StatePlacement::host): params and grads in the device's memory, state
+// on the host. Per iteration the same engine runs three ways on the same data, interleaved
+// so machine noise hits all three: the full pipelined step (total), its copies alone (copy:
+// grads device->host, params host->device, same chunks and queues) and its host update alone
+// (update). overlap = total / max(copy, update): 1.0 is perfect overlap, 2.0 none.
+// On a host-only build the "device" is host memory and the copy queues are worker threads.
+#include <benchmark/benchmark.h>
+
+#include <chrono>
+#include <kopt/impl/offload_engine.hpp>
+#include <kopt/kopt.hpp>
+#include <random>
+#include <string>
+
+namespace {
+
+template <class ParamT, class GradT>
+constexpr double copy_bytes_per_element() {
+  return static_cast<double>(sizeof(ParamT) + sizeof(GradT));
+}
+
+template <class DeviceExec, class StateMem, class ParamT, class GradT>
+void bm_offload(benchmark::State& state) {
+  using Mem = typename DeviceExec::memory_space;
+  using Engine = kopt::Impl::OffloadEngine<DeviceExec, StateMem>;
+  const auto n = static_cast<std::int64_t>(state.range(0));
+  Kokkos::View<ParamT*, Mem> param("kopt::perf::param", n);
+  Kokkos::View<GradT*, Mem> grad("kopt::perf::grad", n);
+  {
+    auto hp = Kokkos::create_mirror_view(param);
+    auto hg = Kokkos::create_mirror_view(grad);
+    std::mt19937 rng(1);
+    std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+    for (std::int64_t i = 0; i < n; ++i) {
+      hp(i) = kopt::Impl::from_float<ParamT>(dist(rng));
+      hg(i) = kopt::Impl::from_float<GradT>(dist(rng));
+    }
+    Kokkos::deep_copy(param, hp);
+    Kokkos::deep_copy(grad, hg);
+  }
+  kopt::OffloadOptions options;  // default chunks: 2^20 elements, 3 staging buffers
+  auto base = kopt::Impl::make_offload_engine(kopt::memory_space_of<Mem>(),
+                                              kopt::dtype_of<ParamT>(), options);
+  auto& engine = dynamic_cast<Engine&>(*base);
+  engine.add_group(kopt::AdamConfig{});
+  engine.add("w", kopt::Tensor(param), kopt::Tensor(grad), 0);
+  engine.step(1.0);  // allocates and first-touches the host state
+  const auto timed = [&](kopt::Impl::PipelineMode mode) {
+    engine.set_mode(mode);
+    engine.step(1.0);
+    return engine.last_times().total;
+  };
+  double total = 0, copy = 0, update = 0, update_in_pipeline = 0, wait_grads = 0, wait_staging = 0;
+  for (auto _ : state) {
+    const double t_copy = timed(kopt::Impl::PipelineMode::copies_only);
+    const double t_update = timed(kopt::Impl::PipelineMode::update_only);
+    const double t_total = timed(kopt::Impl::PipelineMode::full);
+    update_in_pipeline += engine.last_times().update;
+    wait_grads += engine.last_times().wait_grads;
+    wait_staging += engine.last_times().wait_staging;
+    state.SetIterationTime(t_total);
+    total += t_total;
+    copy += t_copy;
+    update += t_update;
+  }
+  const double iters = static_cast<double>(state.iterations());
+  state.counters["Gelem/s"] = static_cast<double>(n) * iters / total / 1e9;
+  state.counters["total_ms"] = 1e3 * total / iters;
+  state.counters["copy_ms"] = 1e3 * copy / iters;
+  state.counters["update_ms"] = 1e3 * update / iters;
+  state.counters["update_in_pipe_ms"] = 1e3 * update_in_pipeline / iters;
+  state.counters["wait_grads_ms"] = 1e3 * wait_grads / iters;
+  state.counters["wait_staging_ms"] = 1e3 * wait_staging / iters;
+  state.counters["copy_GB/s"] =
+      copy_bytes_per_element<ParamT, GradT>() * static_cast<double>(n) * iters / copy / 1e9;
+  state.counters["overlap"] = total / std::max(copy, update);
+  state.counters["threads"] = Kokkos::DefaultHostExecutionSpace().concurrency();
+}
+
+template <class DeviceExec, class StateMem>
+void register_offload(const std::string& space) {
+  const auto sizes = [](benchmark::internal::Benchmark* b) {
+    b->Arg(std::int64_t{1} << 22)->Arg(std::int64_t{1} << 24);
+    b->UseManualTime()->Unit(benchmark::kMillisecond);
+  };
+  sizes(benchmark::RegisterBenchmark(("offload_bf16/" + space).c_str(),
+                                     bm_offload<DeviceExec, StateMem, kopt::bfloat16, kopt::bfloat16>));
+  sizes(benchmark::RegisterBenchmark(("offload_fp32/" + space).c_str(),
+                                     bm_offload<DeviceExec, StateMem, float, float>));
+}
+
+}  // namespace
+
+void register_offload_benchmarks() {
+  register_offload<Kokkos::DefaultHostExecutionSpace, Kokkos::HostSpace>("host");
+#ifdef KOKKOS_ENABLE_CUDA
+  register_offload<Kokkos::Cuda, Kokkos::CudaHostPinnedSpace>("Cuda");
+#endif
+}
