@@ -83,8 +83,9 @@ void register_offload(const std::string& space) {
     b->Arg(std::int64_t{1} << 22)->Arg(std::int64_t{1} << 24);
     b->UseManualTime()->Unit(benchmark::kMillisecond);
   };
-  sizes(benchmark::RegisterBenchmark(("offload_bf16/" + space).c_str(),
-                                     bm_offload<DeviceExec, StateMem, kopt::bfloat16, kopt::bfloat16>));
+  sizes(benchmark::RegisterBenchmark(
+      ("offload_bf16/" + space).c_str(),
+      bm_offload<DeviceExec, StateMem, kopt::bfloat16, kopt::bfloat16>));
   sizes(benchmark::RegisterBenchmark(("offload_fp32/" + space).c_str(),
                                      bm_offload<DeviceExec, StateMem, float, float>));
 }

@@ -12,11 +12,13 @@ namespace kopt::Impl {
 
 namespace {
 
-std::atomic<std::int64_t> latency_us{0};
+std::atomic<std::int64_t> latency_us[2] = {0, 0};  // by CopyDirection
+std::atomic<HostCopyWorkers> workers{HostCopyWorkers::shared};
 
 class HostCopyQueue final : public CopyQueue {
  public:
-  HostCopyQueue() : worker_([this] { run_(); }) {}
+  explicit HostCopyQueue(CopyDirection direction)
+      : latency_(latency_us[static_cast<int>(direction)]), worker_([this] { run_(); }) {}
   ~HostCopyQueue() override {
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -59,7 +61,7 @@ class HostCopyQueue final : public CopyQueue {
       const Copy c = pending_.front();
       pending_.pop_front();
       lock.unlock();
-      if (const auto us = latency_us.load(std::memory_order_relaxed); us > 0)
+      if (const auto us = latency_.load(std::memory_order_relaxed); us > 0)
         std::this_thread::sleep_for(std::chrono::microseconds(us));
       std::memcpy(c.dst, c.src, c.bytes);
       lock.lock();
@@ -73,13 +75,23 @@ class HostCopyQueue final : public CopyQueue {
   std::deque<Copy> pending_;
   Ticket enqueued_ = 0, completed_ = 0;
   bool stop_ = false;
+  const std::atomic<std::int64_t>& latency_;  // the test hook's, for this direction
   std::thread worker_;  // last: starts after everything it reads is constructed
 };
 
 }  // namespace
 
-std::unique_ptr<CopyQueue> make_host_copy_queue() { return std::make_unique<HostCopyQueue>(); }
+std::unique_ptr<CopyQueue> make_host_copy_queue(CopyDirection direction) {
+  return std::make_unique<HostCopyQueue>(direction);
+}
 
-void set_host_copy_latency(std::chrono::microseconds latency) { latency_us = latency.count(); }
+void set_host_copy_latency(std::chrono::microseconds to_host, std::chrono::microseconds to_device) {
+  latency_us[static_cast<int>(CopyDirection::to_host)] = to_host.count();
+  latency_us[static_cast<int>(CopyDirection::to_device)] = to_device.count();
+}
+
+void set_host_copy_workers(HostCopyWorkers layout) { workers = layout; }
+
+HostCopyWorkers host_copy_workers() { return workers; }
 
 }  // namespace kopt::Impl

@@ -9,8 +9,12 @@ template class OffloadEngine<Kokkos::DefaultHostExecutionSpace, Kokkos::HostSpac
 std::unique_ptr<Engine> make_host_offload_engine(const OffloadOptions& options,
                                                  const std::string& label) {
   using HostExec = Kokkos::DefaultHostExecutionSpace;
+  std::shared_ptr<CopyQueue> to_host = make_host_copy_queue(CopyDirection::to_host);
+  std::shared_ptr<CopyQueue> to_device = host_copy_workers() == HostCopyWorkers::shared
+                                             ? to_host
+                                             : make_host_copy_queue(CopyDirection::to_device);
   return std::make_unique<OffloadEngine<HostExec, Kokkos::HostSpace>>(
-      HostExec(), make_host_copy_queue(), make_host_copy_queue(), options, label);
+      HostExec(), std::move(to_host), std::move(to_device), options, label);
 }
 
 }  // namespace kopt::Impl

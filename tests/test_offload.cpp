@@ -49,16 +49,36 @@ void expect_same_params(HybridWorld& local, HybridWorld& off) {
 
 // Host copies that take a while, as over a real link: a pipeline step that uses a copy before
 // waiting for it (or returns before the last one) then fails every time.
+// Params going back take three times as long as grads coming in, so a staging buffer reused
+// before its params have left is overwritten while they are still being read.
 struct SlowLink {
-  explicit SlowLink(int us) { kopt::Impl::set_host_copy_latency(std::chrono::microseconds(us)); }
-  ~SlowLink() { kopt::Impl::set_host_copy_latency(std::chrono::microseconds(0)); }
+  explicit SlowLink(int us) {
+    kopt::Impl::set_host_copy_latency(std::chrono::microseconds(us),
+                                      std::chrono::microseconds(3 * us));
+  }
+  ~SlowLink() {
+    kopt::Impl::set_host_copy_latency(std::chrono::microseconds(0), std::chrono::microseconds(0));
+  }
 };
+
+// The copy workers of the host offload engines built in its scope. With one per direction,
+// grads and params copies are ordered only by the pipeline's waits, as on a GPU's two copy
+// engines; with the shared one (the default) the worker's FIFO orders them too.
+using kopt::Impl::HostCopyWorkers;
+struct CopyWorkers {
+  explicit CopyWorkers(HostCopyWorkers w) { kopt::Impl::set_host_copy_workers(w); }
+  ~CopyWorkers() { kopt::Impl::set_host_copy_workers(HostCopyWorkers::shared); }
+};
+constexpr HostCopyWorkers both_worker_layouts[] = {HostCopyWorkers::shared,
+                                                   HostCopyWorkers::one_per_direction};
 
 // Steps a world whose state sits beside its params and one with groups 0 and 2 offloaded on
 // the same grads, with clipping and loss scaling on, an injected overflow (step 3), a frozen
 // param (steps 5-6) and an lr change (step 6); expects bitwise-equal results after each step.
 void expect_offload_matches_local(const std::vector<std::size_t>& sizes,
-                                  std::int64_t chunk_elements, int staging_buffers, int steps) {
+                                  std::int64_t chunk_elements, int staging_buffers, int steps,
+                                  HostCopyWorkers workers) {
+  const CopyWorkers layout(workers);
   kopt::HybridOptions options;
   options.max_grad_norm = 0.5;
   options.loss_scaling = kopt::LossScalerOptions{.init_scale = 1024, .growth_interval = 4};
@@ -87,6 +107,14 @@ void expect_offload_matches_local(const std::vector<std::size_t>& sizes,
   }
 }
 
+void expect_offload_matches_local(const std::vector<std::size_t>& sizes,
+                                  std::int64_t chunk_elements, int staging_buffers, int steps) {
+  for (const HostCopyWorkers workers : both_worker_layouts) {
+    SCOPED_TRACE(workers == HostCopyWorkers::shared ? "one copy worker" : "one per direction");
+    expect_offload_matches_local(sizes, chunk_elements, staging_buffers, steps, workers);
+  }
+}
+
 TEST(Offload, MatchesLocalBitwiseWithOneElementChunks) {
   expect_offload_matches_local({1, 13, 40, 7}, 1, 2, 9);
 }
@@ -106,6 +134,7 @@ TEST(Offload, MatchesLocalBitwiseWhenOneParamSpansManyStagingBuffers) {
   options.offload.chunk_elements = 4096;
   options.offload.staging_buffers = 2;
   const std::vector<ParamDef> defs{{0, DType::bf16, DType::f32, true, 50003}};
+  const CopyWorkers layout(HostCopyWorkers::one_per_direction);
   HybridWorld local({kopt::AdamConfig{}}, defs, options, 9);
   HybridWorld off({kopt::AdamConfig{}}, defs, options, 9, {true});
   const SlowLink slow(100);
@@ -142,7 +171,8 @@ TEST(Offload, RebindAndModelReloadWorkAsOnLocalGroups) {
     for (HybridWorld* w : {&local, &off}) {
       if (s == 3)
         for (std::size_t j = 0; j < defs.size(); ++j) {
-          Buffer p(defs[j].param, defs[j].on_device, defs[j].n), g(defs[j].grad, defs[j].on_device, defs[j].n);
+          Buffer p(defs[j].param, defs[j].on_device, defs[j].n),
+              g(defs[j].grad, defs[j].on_device, defs[j].n);
           p.set(w->params[j].get());
           keep[w == &off].push_back(w->params[j]);
           w->params[j] = p;
@@ -161,7 +191,8 @@ TEST(Offload, RebindAndModelReloadWorkAsOnLocalGroups) {
     expect_same_params(local, off);
   }
   // The 2 steps since the reload, by the reference from the loaded weights.
-  for (std::size_t j = 0; j < defs.size(); ++j) EXPECT_GT(off.params[j].get()[0], 1.5) << off.name(j);
+  for (std::size_t j = 0; j < defs.size(); ++j)
+    EXPECT_GT(off.params[j].get()[0], 1.5) << off.name(j);
 }
 
 // Offloaded state is host memory: with every group offloaded the optimizer reports no state
@@ -236,7 +267,8 @@ TEST(Offload, BadOptionsAreRefusedByName) {
     kopt::HybridOptimizer opt({g}, options);
   };
   expect_error<kopt::InvalidArgument>([&] { build({.chunk_elements = 0}); }, "chunk_elements = 0");
-  expect_error<kopt::InvalidArgument>([&] { build({.staging_buffers = 1}); }, "staging_buffers = 1");
+  expect_error<kopt::InvalidArgument>([&] { build({.staging_buffers = 1}); },
+                                      "staging_buffers = 1");
   expect_error<kopt::InvalidArgument>([&] { build({.fraction = 1.5}); }, "fraction = 1.5");
   expect_error<kopt::InvalidArgument>([&] { build({.fraction = NAN}); }, "fraction = nan");
   expect_error<kopt::InvalidArgument>(

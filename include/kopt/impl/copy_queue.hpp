@@ -1,10 +1,10 @@
 #pragma once
 /// \file
 /// An ordered queue of asynchronous byte copies between a param's memory and host memory,
-/// the offload pipeline's transport. One queue per direction, so device-to-host grad copies
-/// and host-to-device param copies run side by side. The CUDA queue (backends/cuda) is a
-/// stream of its own; the host queue, which host-only builds run the pipeline with, is a
-/// worker thread that plays the part of a device's copy engine.
+/// the offload pipeline's transport. On a GPU one queue per direction, so device-to-host grad
+/// copies and host-to-device param copies run side by side on its two copy engines. The CUDA queue
+/// (backends/cuda) is a stream of its own; the host queue, which host-only builds run the pipeline
+/// with, is a worker thread that plays the part of a device's copy engine.
 
 #include <chrono>
 #include <cstddef>
@@ -32,11 +32,26 @@ class CopyQueue {
   void drain() { wait(mark()); }
 };
 
-/// A queue whose copies a worker thread runs in order (memcpy).
-std::unique_ptr<CopyQueue> make_host_copy_queue();
+enum class CopyDirection { to_host, to_device };
 
-/// Test hook: every host queue copy from now on first sleeps this long, like a slow link,
-/// so a pipeline that reads a copy before waiting for it fails every time, not by chance.
-void set_host_copy_latency(std::chrono::microseconds latency);
+/// A queue whose copies a worker thread runs in order (memcpy). The direction only picks
+/// which test latency it plays (a shared queue is built as to_host).
+std::unique_ptr<CopyQueue> make_host_copy_queue(CopyDirection direction = CopyDirection::to_host);
+
+/// How host offload engines copy: one worker thread for both directions (the default: on a
+/// host-only machine a second copy thread only competes with the update for the same cores
+/// and memory bandwidth), or one per direction, as a GPU's two copy engines run.
+enum class HostCopyWorkers { shared, one_per_direction };
+
+/// Test hook: the workers of host offload engines created from now on. With one per
+/// direction, the order between grads and params copies is only what the pipeline's waits
+/// enforce, so tests can check those waits.
+void set_host_copy_workers(HostCopyWorkers workers);
+HostCopyWorkers host_copy_workers();
+
+/// Test hook: every host queue copy from now on first sleeps this long, by direction, like a
+/// slow link, so a pipeline that reads a copy before waiting for it fails every time, not
+/// by chance. A slower to_device direction exposes a staging buffer reused too early.
+void set_host_copy_latency(std::chrono::microseconds to_host, std::chrono::microseconds to_device);
 
 }  // namespace kopt::Impl

@@ -5,7 +5,8 @@
 /// memory (`StateMem`: pinned where the backend has it). Each step runs a pipeline of
 /// fixed-size chunks: grads device->host on one copy queue, the host update of a chunk as
 /// soon as exactly that chunk's copies landed, the updated params host->device on a second
-/// queue, the next chunk's grads landing while this one computes. The host update is
+/// queue (on a GPU its second copy engine; host-only builds share one worker), the next
+/// chunk's grads landing while this one computes. The host update is
 /// kopt's fused kernel (launch_update) on the host execution space: the same code, so
 /// offloaded params get bitwise the same values as params updated by a host engine.
 
@@ -32,8 +33,8 @@ class OffloadEngine final : public Engine {
  public:
   using HostExec = Kokkos::DefaultHostExecutionSpace;
 
-  OffloadEngine(const DeviceExec& device, std::unique_ptr<CopyQueue> to_host,
-                std::unique_ptr<CopyQueue> to_device, const OffloadOptions& options,
+  OffloadEngine(const DeviceExec& device, std::shared_ptr<CopyQueue> to_host,
+                std::shared_ptr<CopyQueue> to_device, const OffloadOptions& options,
                 std::string label);
   ~OffloadEngine() override;
 
@@ -100,12 +101,12 @@ class OffloadEngine final : public Engine {
 
   DeviceExec device_;
   HostExec host_;
-  std::unique_ptr<CopyQueue> to_host_, to_device_;
+  std::shared_ptr<CopyQueue> to_host_, to_device_;
   OffloadOptions options_;
   std::string label_;
   ParamRegistry registry_;
   HostFloats exp_avg_, exp_avg_sq_, max_exp_avg_sq_, master_;  ///< master of every param
-  Kokkos::View<unsigned char*, StateMem> staging_;  ///< per buffer: grads, then params
+  Kokkos::View<unsigned char*, StateMem> staging_;             ///< per buffer: grads, then params
 
   // The step's plan: rebuilt when which params have grads (or their kernel class) changes.
   std::vector<int> signature_, next_signature_;
@@ -113,7 +114,7 @@ class OffloadEngine final : public Engine {
   std::vector<Segment> segments_;
   std::vector<Batch> batches_;
   std::vector<ClassRange> ranges_;
-  std::vector<Chunk> host_chunks_;  ///< slot = segment index
+  std::vector<Chunk> host_chunks_;    ///< slot = segment index
   std::vector<AdamSlot> host_slots_;  ///< per segment, pointing into staging and state
   std::vector<CopyQueue::Ticket> grads_landed_, params_sent_;
 

@@ -22,8 +22,8 @@ inline double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 template <class DeviceExec, class StateMem>
 OffloadEngine<DeviceExec, StateMem>::OffloadEngine(const DeviceExec& device,
-                                                   std::unique_ptr<CopyQueue> to_host,
-                                                   std::unique_ptr<CopyQueue> to_device,
+                                                   std::shared_ptr<CopyQueue> to_host,
+                                                   std::shared_ptr<CopyQueue> to_device,
                                                    const OffloadOptions& options, std::string label)
     : device_(device),
       to_host_(std::move(to_host)),
@@ -73,8 +73,8 @@ void OffloadEngine<DeviceExec, StateMem>::ensure_state_() {
     if (static_cast<std::int64_t>(old.extent(0)) == moments) return old;
     HostFloats grown(Kokkos::view_alloc(host_, label_ + "::" + what), moments);  // zeros
     if (old.extent(0) > 0)
-      Kokkos::deep_copy(host_, Kokkos::subview(grown, std::make_pair(std::size_t{0}, old.extent(0))),
-                        old);
+      Kokkos::deep_copy(host_,
+                        Kokkos::subview(grown, std::make_pair(std::size_t{0}, old.extent(0))), old);
     return grown;
   };
   exp_avg_ = grow(exp_avg_, "exp_avg");
@@ -89,7 +89,7 @@ void OffloadEngine<DeviceExec, StateMem>::ensure_state_() {
                                  offload_detail::stride));
   Impl::fence(host_, label_ + "::state");
   if (grew) reload_(registry_.first_new());  // masters start from the params
-  signature_.clear();                         // buffers moved: rebuild the plan
+  signature_.clear();                        // buffers moved: rebuild the plan
 }
 
 template <class DeviceExec, class StateMem>
@@ -128,7 +128,8 @@ void OffloadEngine<DeviceExec, StateMem>::build_batches_(const std::vector<std::
         for (std::size_t i = b.seg_first; i < b.seg_last; ++i)
           if (signature_[segments_[i].entry] == static_cast<int>(k) + 1)
             append_chunks(host_chunks_, i, segments_[i].len, chunk_size<HostExec>);
-        if (host_chunks_.size() > first) ranges_.push_back(ClassRange{keys_[k], first, host_chunks_.size()});
+        if (host_chunks_.size() > first)
+          ranges_.push_back(ClassRange{keys_[k], first, host_chunks_.size()});
       }
     b.range_last = ranges_.size();
     batches_.push_back(b);
