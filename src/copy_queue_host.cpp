@@ -7,10 +7,63 @@
 #include <kopt/impl/copy_queue.hpp>
 #include <mutex>
 #include <thread>
+#include <vector>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+#ifdef __linux__
+#include <pthread.h>
+#include <sched.h>
+#endif
 
 namespace kopt::Impl {
 
 namespace {
+
+#ifdef __linux__
+// The CPUs the process was given, as OpenMP saw them before binding its initial thread
+// (the union of its places); the caller's own CPUs when OpenMP binds nothing.
+cpu_set_t given_cpus(const cpu_set_t& caller) {
+#ifdef _OPENMP
+  if (const int places = omp_get_num_places(); places > 0) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    for (int p = 0; p < places; ++p) {
+      std::vector<int> ids(static_cast<std::size_t>(omp_get_place_num_procs(p)));
+      omp_get_place_proc_ids(p, ids.data());
+      for (const int id : ids)
+        if (id >= 0 && id < CPU_SETSIZE) CPU_SET(id, &set);
+    }
+    return set;
+  }
+#endif
+  return caller;
+}
+
+// Where a worker created by the calling thread should run: the process's CPUs less the
+// caller's own, when any are left. The caller drives the pipeline (it enqueues, waits and
+// is OpenMP's thread 0); a worker that inherited its binding (OMP_PROC_BIND) would take
+// turns with it on one core and the overlap would be lost (measured: 2x slower steps).
+using CpuSet = cpu_set_t;
+CpuSet worker_cpus() {
+  CpuSet caller, others;
+  CPU_ZERO(&others);
+  if (sched_getaffinity(0, sizeof(caller), &caller) != 0) return others;  // empty: inherit
+  const CpuSet given = given_cpus(caller);
+  CPU_XOR(&others, &given, &caller);
+  CPU_AND(&others, &others, &given);
+  return CPU_COUNT(&others) > 0 ? others : caller;
+}
+
+void bind_this_thread(const CpuSet& cpus) {
+  if (CPU_COUNT(&cpus) > 0)  // best effort: a refused mask keeps the inherited one
+    (void)pthread_setaffinity_np(pthread_self(), sizeof(cpus), &cpus);
+}
+#else
+struct CpuSet {};
+CpuSet worker_cpus() { return {}; }
+void bind_this_thread(const CpuSet&) {}
+#endif
 
 std::atomic<std::int64_t> latency_us[2] = {0, 0};  // by CopyDirection
 std::atomic<HostCopyWorkers> workers{HostCopyWorkers::shared};
@@ -18,7 +71,11 @@ std::atomic<HostCopyWorkers> workers{HostCopyWorkers::shared};
 class HostCopyQueue final : public CopyQueue {
  public:
   explicit HostCopyQueue(CopyDirection direction)
-      : latency_(latency_us[static_cast<int>(direction)]), worker_([this] { run_(); }) {}
+      : latency_(latency_us[static_cast<int>(direction)]),
+        worker_([this, cpus = worker_cpus()] {
+          bind_this_thread(cpus);
+          run_();
+        }) {}
   ~HostCopyQueue() override {
     {
       std::lock_guard<std::mutex> lock(mutex_);

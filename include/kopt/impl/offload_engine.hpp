@@ -21,6 +21,7 @@ struct PipelineTimes {
   double update = 0;        ///< in host update kernels
   double wait_grads = 0;    ///< waiting for a chunk's grads to land
   double wait_staging = 0;  ///< waiting for a staging buffer's params to leave
+  double wait_last = 0;     ///< after the last update, until every param is back
   double total = 0;         ///< the whole step
 };
 

@@ -292,7 +292,9 @@ void OffloadEngine<DeviceExec, StateMem>::step(double grad_scale) {
       update_(b);
       send_params_(b);
     }
+    const auto t_last = std::chrono::steady_clock::now();
     to_device_->drain();  // the next forward must never read a half-copied param
+    times_.wait_last = offload_detail::seconds_since(t_last);
   } catch (...) {
     drain_queues_();
     throw;
