@@ -1,4 +1,5 @@
 // The one place that maps memory spaces to engines.
+#include <cstring>
 #include <kopt/error.hpp>
 #include <kopt/impl/copy_queue.hpp>
 #include <kopt/impl/engine.hpp>
@@ -12,8 +13,7 @@ namespace {
 using HostExec = Kokkos::DefaultHostExecutionSpace;
 
 std::string label_for(MemorySpace space, DType dtype, const char* kind = "") {
-  return std::string("kopt::HybridOptimizer[") + name_of(space) + "," + name_of(dtype) + kind +
-         "]";
+  return std::string("kopt::HybridOptimizer[") + name_of(space) + "," + name_of(dtype) + kind + "]";
 }
 }  // namespace
 
@@ -69,6 +69,34 @@ std::unique_ptr<Engine> make_offload_engine(MemorySpace space, DType dtype,
   if (where == Kokkos::Cuda::name()) return make_cuda_offload_engine(options, label);
 #endif
   return make_host_offload_engine(options, label);
+}
+
+void copy_bytes(void* dst, MemorySpace dst_space, const void* src, MemorySpace src_space,
+                std::size_t bytes) {
+  if (bytes == 0) return;
+  const auto host_reachable = [](MemorySpace s) { return s != MemorySpace::cuda; };
+  if (host_reachable(dst_space) && host_reachable(src_space)) {
+    if (src_space == MemorySpace::cuda_uvm || dst_space == MemorySpace::cuda_uvm)
+      fence_all("kopt::copy_bytes");  // device work may still be writing UVM pages
+    std::memmove(dst, src, bytes);
+    return;
+  }
+#ifdef KOKKOS_ENABLE_CUDA
+  using Unmanaged = Kokkos::MemoryTraits<Kokkos::Unmanaged>;
+  using Host = Kokkos::View<unsigned char*, Kokkos::HostSpace, Unmanaged>;
+  using Device = Kokkos::View<unsigned char*, Kokkos::CudaSpace, Unmanaged>;
+  auto* s = static_cast<unsigned char*>(const_cast<void*>(src));
+  auto* d = static_cast<unsigned char*>(dst);
+  if (dst_space == MemorySpace::cuda && src_space == MemorySpace::cuda)
+    Kokkos::deep_copy(Device(d, bytes), Device(s, bytes));
+  else if (dst_space == MemorySpace::cuda)
+    Kokkos::deep_copy(Device(d, bytes), Host(s, bytes));
+  else
+    Kokkos::deep_copy(Host(d, bytes), Device(s, bytes));
+#else
+  KOPT_THROW_IF_AS(NotCompiled, true,
+                   "kopt::copy_bytes: memory space 'cuda' in a build without CUDA");
+#endif
 }
 
 }  // namespace kopt::Impl

@@ -2,6 +2,7 @@
 #include <kopt/error.hpp>
 #include <kopt/hybrid_optimizer.hpp>
 #include <kopt/impl/engine.hpp>
+#include <kopt/impl/shard_plan.hpp>
 #include <limits>
 #include <set>
 #include <tuple>
@@ -39,6 +40,11 @@ HybridOptimizer::HybridOptimizer(std::vector<ParamGroup> groups, const HybridOpt
   if (options_.loss_scaling) scaler_.emplace(*options_.loss_scaling);  // validates
 
   options_.offload.validate();
+  // Sharded: the engines get this rank's piece of each param (checked by the plan first).
+  if (options_.sharding) shards_ = std::make_unique<Impl::ShardPlan>(groups_, *options_.sharding);
+  const auto local_param = [&](std::size_t ordinal, const Tensor& t) {
+    return shards_ ? shards_->local_param(ordinal) : t;
+  };
 
   // Everything is checked before the first engine exists, and the engines check every
   // tensor while params are added: a throw here leaves nothing behind.
@@ -62,7 +68,8 @@ HybridOptimizer::HybridOptimizer(std::vector<ParamGroup> groups, const HybridOpt
                    groups_[g].placement() == StatePlacement::host};
       if (!item.offloaded && item.space != host_space) {
         candidates.push_back(pending.size());
-        candidate_bytes.push_back(device_state_bytes(p.param, groups_[g].config()));
+        candidate_bytes.push_back(
+            device_state_bytes(local_param(pending.size(), p.param), groups_[g].config()));
       }
       pending.push_back(std::move(item));
     }
@@ -75,25 +82,32 @@ HybridOptimizer::HybridOptimizer(std::vector<ParamGroup> groups, const HybridOpt
   for (std::size_t ordinal = 0; ordinal < pending.size(); ++ordinal) {
     const Pending& item = pending[ordinal];
     const ParamSpec& p = *item.spec;
+    if (shards_ && !shards_->is_local(ordinal)) {  // another rank's: no engine here
+      where_.emplace(p.name, Placement{kNone, item.group, item.offloaded, ordinal});
+      continue;
+    }
     const auto key = std::make_tuple(item.space, p.param.dtype, item.offloaded);
     auto it = engine_of.find(key);
     if (it == engine_of.end()) {
       it = engine_of.emplace(key, engines_.size()).first;
-      engines_.push_back(item.offloaded
-                             ? Impl::make_offload_engine(p.param.space, p.param.dtype,
-                                                         options_.offload)
-                             : Impl::make_engine(p.param.space, p.param.dtype));
+      engines_.push_back(
+          item.offloaded ? Impl::make_offload_engine(p.param.space, p.param.dtype, options_.offload)
+                         : Impl::make_engine(p.param.space, p.param.dtype));
       engine_group_.emplace_back(groups_.size(), kNone);
       engine_params_.emplace_back();
     }
     const std::size_t e = it->second;
     std::size_t& eg = engine_group_[e][item.group];
     if (eg == kNone) eg = engines_[e]->add_group(groups_[item.group].config());
-    engines_[e]->add(p.name, p.param, p.grad, eg);
+    if (shards_)
+      engines_[e]->add(p.name, shards_->local_param(ordinal), shards_->local_grad(ordinal), eg);
+    else
+      engines_[e]->add(p.name, p.param, p.grad, eg);
     engine_params_[e].push_back(ordinal);
-    where_.emplace(p.name, Placement{e, item.group, item.offloaded});
+    where_.emplace(p.name, Placement{e, item.group, item.offloaded, ordinal});
   }
   norm_by_param_.assign(pending.size(), 0.0);
+  if (shards_) sharded_steps_.assign(pending.size(), 0);
 }
 
 HybridOptimizer::~HybridOptimizer() = default;
@@ -128,17 +142,22 @@ StepStats HybridOptimizer::step() {
         engines_[e]->config(engine_group_[e][g]) = groups_[g].config();
 
   const double scale = scaler_ ? scaler_->scale() : 1.0;
+  // ZeRO-2 averages by folding 1 / world size into the grad scale.
+  const double divisor = shards_ ? shards_->grad_divisor() : 1.0;
   StepStats stats{std::numeric_limits<double>::quiet_NaN(), 1.0, false, scale};
+  if (shards_ && shards_->stage() == ZeroStage::two) shards_->reduce_grads();
   if (options_.max_grad_norm || scaler_) {
-    // One reduction per engine where its grads live; the partial sums meet here.
+    // One reduction per engine where its grads live; the partial sums meet here, and
+    // across ranks in rank order, so every rank decides the same.
     for (std::size_t e = 0; e < engines_.size(); ++e) {
       engines_[e]->grad_sums_of_squares(norm_scratch_);
       for (std::size_t i = 0; i < engine_params_[e].size(); ++i)
         norm_by_param_[engine_params_[e][i]] = norm_scratch_[i];
     }
+    if (shards_) shards_->combine(norm_by_param_);
     double sum_sq = 0.0;
     for (const double s : norm_by_param_) sum_sq += s;
-    stats.grad_norm = std::sqrt(sum_sq) / scale;
+    stats.grad_norm = std::sqrt(sum_sq) / (scale * divisor);
     if (!std::isfinite(sum_sq)) {  // an Inf or NaN somewhere: skip the step everywhere
       stats.skipped = true;
       if (scaler_) scaler_->update(false);
@@ -148,28 +167,50 @@ StepStats HybridOptimizer::step() {
     if (options_.max_grad_norm)
       stats.clip_factor = std::min(1.0, *options_.max_grad_norm / (stats.grad_norm + 1e-6));
   }
-  const double grad_scale = stats.clip_factor / scale;  // unscale and clip, fused
+  const double grad_scale = stats.clip_factor / (scale * divisor);  // unscale and clip, fused
   for (const auto& engine : engines_) engine->step(grad_scale);
   for (const auto& engine : engines_) engine->fence();
+  if (shards_) {
+    shards_->gather_params();
+    for (std::size_t i = 0; i < shards_->size(); ++i)
+      if (!shards_->grad(i).is_null()) ++sharded_steps_[i];
+  }
   if (scaler_) scaler_->update(true);
   stats.loss_scale = loss_scale();
   return stats;
 }
 
 void HybridOptimizer::set_grad(const std::string& name, const Tensor& grad) {
-  engines_[find_(name).engine]->set_grad(name, grad);
+  const Placement& at = find_(name);
+  if (!shards_) {
+    engines_[at.engine]->set_grad(name, grad);
+    return;
+  }
+  // The whole grad is checked on every rank; the engine gets (and checks) this rank's piece.
+  const Tensor param = shards_->param(at.ordinal);
+  shards_->check(at.ordinal, param, grad);
+  if (at.engine != kNone)
+    engines_[at.engine]->set_grad(name, shards_->local_grad(at.ordinal, grad));
+  shards_->set(at.ordinal, param, grad);
 }
 
 void HybridOptimizer::rebind(const std::string& name, const Tensor& param, const Tensor& grad) {
   const Placement& at = find_(name);
-  Impl::Engine& engine = *engines_[at.engine];
-  const std::string space = Impl::engine_space_for(param.space);
-  KOPT_THROW_IF(space != engine.space_name(), "kopt::HybridOptimizer: rebind of '"
-                                                  << name << "' to memory space '"
-                                                  << name_of(param.space) << "' would move it from "
-                                                  << engine.space_name() << " to " << space
-                                                  << "; rebind replaces memory in place");
-  engine.rebind(name, param, grad);
+  if (shards_) shards_->check(at.ordinal, param, grad);
+  if (at.engine != kNone) {
+    Impl::Engine& engine = *engines_[at.engine];
+    const std::string space = Impl::engine_space_for(param.space);
+    KOPT_THROW_IF(space != engine.space_name(),
+                  "kopt::HybridOptimizer: rebind of '"
+                      << name << "' to memory space '" << name_of(param.space)
+                      << "' would move it from " << engine.space_name() << " to " << space
+                      << "; rebind replaces memory in place");
+    if (shards_)
+      engine.rebind(name, shards_->local(at.ordinal, param), shards_->local_grad(at.ordinal, grad));
+    else
+      engine.rebind(name, param, grad);
+  }
+  if (shards_) shards_->set(at.ordinal, param, grad);
 }
 
 void HybridOptimizer::reload_model_params() {
@@ -180,7 +221,8 @@ void HybridOptimizer::reload_model_params() {
 double HybridOptimizer::loss_scale() const { return scaler_ ? scaler_->scale() : 1.0; }
 
 std::int64_t HybridOptimizer::step_count(const std::string& name) const {
-  return engines_[find_(name).engine]->step_count(name);
+  const Placement& at = find_(name);
+  return shards_ ? sharded_steps_[at.ordinal] : engines_[at.engine]->step_count(name);
 }
 
 std::map<std::string, std::size_t> HybridOptimizer::state_bytes() const {

@@ -53,7 +53,31 @@ const char* name_of(MemorySpace space) {
 std::string describe(const Tensor& t) {
   std::ostringstream out;
   out << name_of(t.dtype) << '[' << t.numel << "] @ " << name_of(t.space);
+  if (t.is_shard()) out << " (elements " << t.global_offset << ".. of " << t.global_numel << ')';
   return out.str();
+}
+
+Tensor Tensor::shard_of(std::int64_t global_numel_, std::int64_t offset) const {
+  KOPT_THROW_IF(global_numel_ < 0 || offset < 0 || numel < 0 || offset > global_numel_ - numel,
+                "kopt::Tensor::shard_of(global_numel = "
+                    << global_numel_ << ", offset = " << offset << "): " << numel
+                    << " local elements do not fit at that offset");
+  Tensor out = *this;
+  out.global_numel = global_numel_;
+  out.global_offset = offset;
+  return out;
+}
+
+Tensor Tensor::slice(std::int64_t offset, std::int64_t count) const {
+  KOPT_THROW_IF(offset < 0 || count < 0 || offset > numel - count,
+                "kopt::Tensor::slice(" << offset << ", " << count << ") of " << describe(*this));
+  Tensor out = *this;
+  if (data != nullptr)
+    out.data =
+        static_cast<unsigned char*>(data) + static_cast<std::size_t>(offset) * size_of(dtype);
+  out.numel = count;
+  out.global_offset = global_offset + offset;
+  return out;
 }
 
 }  // namespace kopt

@@ -41,6 +41,15 @@ void fence(const ExecSpace& exec, [[maybe_unused]] const std::string& label) {
 #endif
 }
 
+/// Fences every execution space, labelled where Kokkos takes a label.
+inline void fence_all([[maybe_unused]] const std::string& label) {
+#if KOKKOS_VERSION >= 30500
+  Kokkos::fence(label);
+#else
+  Kokkos::fence();
+#endif
+}
+
 /// True for execution spaces that run on the host CPU (Serial, OpenMP, Threads).
 template <class ExecSpace>
 inline constexpr bool runs_on_host =

@@ -9,6 +9,7 @@
 #include <kopt/loss_scaler.hpp>
 #include <kopt/offload_options.hpp>
 #include <kopt/param_group.hpp>
+#include <kopt/sharding.hpp>
 #include <map>
 #include <memory>
 #include <optional>
@@ -19,6 +20,7 @@ namespace kopt {
 
 namespace Impl {
 class Engine;
+class ShardPlan;
 }
 
 struct HybridOptions {
@@ -31,6 +33,9 @@ struct HybridOptions {
   /// Which device params have their state in host memory besides the StatePlacement::host
   /// groups, and how their pipeline runs.
   OffloadOptions offload = {};
+  /// Shard the state across the ranks of a data-parallel world (ZeRO-1/2); off (every
+  /// rank keeps all of it) when unset. See kopt/sharding.hpp.
+  std::optional<ShardingOptions> sharding = std::nullopt;
 };
 
 /// What one step did.
@@ -103,9 +108,10 @@ class HybridOptimizer {
 
  private:
   struct Placement {
-    std::size_t engine;
+    std::size_t engine;  ///< none when sharding left this rank no piece of the param
     std::size_t group;
     bool offloaded;
+    std::size_t ordinal;  ///< registration order, across groups
   };
   const Placement& find_(const std::string& name) const;
 
@@ -119,6 +125,8 @@ class HybridOptimizer {
   /// per-param sums in registration order, whichever engines computed them.
   std::vector<std::vector<std::size_t>> engine_params_;
   std::vector<double> norm_by_param_, norm_scratch_;
+  std::unique_ptr<Impl::ShardPlan> shards_;  ///< with ShardingOptions only
+  std::vector<std::int64_t> sharded_steps_;  ///< per ordinal, when sharded
 };
 
 }  // namespace kopt

@@ -3,6 +3,7 @@
 /// Everything public in kopt.
 
 #include <kopt/adam_config.hpp>
+#include <kopt/communicator.hpp>
 #include <kopt/error.hpp>
 #include <kopt/fused_adam.hpp>
 #include <kopt/hybrid_optimizer.hpp>
@@ -10,6 +11,8 @@
 #include <kopt/offload_options.hpp>
 #include <kopt/param_group.hpp>
 #include <kopt/runtime.hpp>
+#include <kopt/shard_layout.hpp>
+#include <kopt/sharding.hpp>
 #include <kopt/storage_types.hpp>
 #include <kopt/tensor.hpp>
 #include <kopt/version.hpp>

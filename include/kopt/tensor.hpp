@@ -65,11 +65,18 @@ constexpr MemorySpace memory_space_of() {
 /// kopt never frees, resizes or reallocates it; the training code keeps it alive while the
 /// optimizer refers to it (replace it with the optimizer's rebind/set_grad calls).
 /// A default-constructed Tensor is null: as a grad it means "no gradient this step".
+///
+/// A param may be the local part of a larger tensor that the training code shards itself
+/// (FSDP/DTensor style): `t.shard_of(global_numel, offset)`. kopt then sizes state, masters
+/// and norms to the local `numel` elements, keys them by the global offset, and never
+/// touches (or gathers) the rest of the global tensor.
 struct Tensor {
   void* data = nullptr;
   std::int64_t numel = 0;
   DType dtype = DType::f32;
   MemorySpace space = MemorySpace::host;
+  std::int64_t global_numel = -1;  ///< -1: the whole tensor; else see shard_of
+  std::int64_t global_offset = 0;  ///< where element 0 sits in the global tensor
 
   Tensor() = default;
   /// From raw memory. Does not block, checks nothing (the optimizer checks on use).
@@ -92,6 +99,14 @@ struct Tensor {
 
   /// No memory behind it (a param without a gradient this step).
   bool is_null() const { return data == nullptr; }
+  /// This tensor, marked as elements [offset, offset + numel) of a global tensor of
+  /// `global_numel` elements. Throws kopt::InvalidArgument when that range does not fit.
+  Tensor shard_of(std::int64_t global_numel_, std::int64_t offset) const;
+  /// Whether this is the local part of a larger tensor (shard_of).
+  bool is_shard() const { return global_numel >= 0; }
+  /// Elements [offset, offset + count) of this tensor, as a tensor of their own (a shard
+  /// view); keeps the global offset. Checks the range.
+  Tensor slice(std::int64_t offset, std::int64_t count) const;
   /// Bytes spanned.
   std::size_t bytes() const { return static_cast<std::size_t>(numel) * size_of(dtype); }
 };

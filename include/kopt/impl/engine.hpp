@@ -89,4 +89,8 @@ const char* engine_space_for(MemorySpace space);
 std::unique_ptr<Engine> make_offload_engine(MemorySpace space, DType dtype,
                                             const OffloadOptions& options);
 
+/// Copies `bytes` bytes between any two memory spaces this build has (blocks until done).
+void copy_bytes(void* dst, MemorySpace dst_space, const void* src, MemorySpace src_space,
+                std::size_t bytes);
+
 }  // namespace kopt::Impl

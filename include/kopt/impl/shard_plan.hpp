@@ -1,0 +1,68 @@
+#pragma once
+/// \file
+/// The sharded step's bookkeeping (HybridOptimizer with ShardingOptions): per param, the
+/// user's tensors and this rank's piece of it; per group, its ShardLayout and the buffers
+/// of the reduce-scatter (ZeRO-2) and the all-gather. The engines only ever see the local
+/// pieces, as params of their own.
+
+#include <kopt/param_group.hpp>
+#include <kopt/shard_layout.hpp>
+#include <kopt/sharding.hpp>
+#include <vector>
+
+namespace kopt::Impl {
+
+class ShardPlan {
+ public:
+  /// Lays out every group; validates the options. Throws kopt::InvalidArgument on bad input.
+  ShardPlan(const std::vector<ParamGroup>& groups, const ShardingOptions& options);
+
+  std::size_t size() const { return params_.size(); }
+  /// Whether param `i` (registration ordinal) has elements on this rank.
+  bool is_local(std::size_t i) const { return params_[i].local; }
+  /// This rank's piece of param i, and of `grad` (null for a null grad; for ZeRO-2 the
+  /// reduced fp32 grads of the piece).
+  Tensor local_param(std::size_t i) const { return local(i, params_[i].param); }
+  /// This rank's piece of `t`, a tensor shaped as param i.
+  Tensor local(std::size_t i, const Tensor& t) const;
+  Tensor local_grad(std::size_t i, const Tensor& grad) const;
+  Tensor local_grad(std::size_t i) const { return local_grad(i, params_[i].grad); }
+  /// Checks a new grad or param of param i against it (the engines check local pieces only).
+  void check(std::size_t i, const Tensor& param, const Tensor& grad) const;
+  void set(std::size_t i, const Tensor& param, const Tensor& grad);
+  const Tensor& param(std::size_t i) const { return params_[i].param; }
+  const Tensor& grad(std::size_t i) const { return params_[i].grad; }
+
+  /// ZeRO-2: sums the ranks' grads of each shard into this rank's reduce buffers.
+  void reduce_grads();
+  /// per_param[i] = the sum over ranks, in rank order, of every rank's per_param[i].
+  void combine(std::vector<double>& per_param);
+  /// Every rank's updated pieces into every rank's params.
+  void gather_params();
+  /// What the reduced grads are divided by: the world size for an average, else 1.
+  double grad_divisor() const;
+  ZeroStage stage() const { return options_.stage; }
+
+ private:
+  struct Param {
+    std::size_t group;
+    Tensor param, grad;  ///< the user's
+    bool presharded;     ///< shard_of: not cut again, not gathered
+    bool local;
+    ShardSegment segment{};  ///< when local and not presharded
+  };
+  struct Group {
+    ShardLayout layout;
+    std::vector<std::size_t> ordinals;  ///< of the params it cuts, in layout order
+    std::vector<float> send, recv;      ///< ZeRO-2: the packed local grads, the reduced shard
+  };
+
+  ShardingOptions options_;
+  int rank_ = 0, world_ = 1;
+  std::vector<Param> params_;
+  std::vector<Group> groups_;
+  std::vector<unsigned char> gather_in_, gather_out_;
+  std::vector<double> sums_;
+};
+
+}  // namespace kopt::Impl

@@ -1,0 +1,57 @@
+#pragma once
+/// \file
+/// kopt::ShardLayout: how a group's params are cut into one equal shard per rank (ZeRO).
+///
+/// Vocabulary. The *world range* is the group's params flattened in registration order,
+/// each starting on a multiple of `ShardLayout::alignment` elements (the gaps are padding),
+/// and the whole padded to a multiple of `world_size * alignment`. It is cut into
+/// `world_size` equal contiguous shards: rank r's *local range* is
+/// [r * shard_size, (r + 1) * shard_size). A *param range* is an offset and length within
+/// one param. A rank's shard is a list of segments, each the intersection of one param
+/// with the local range. Params that straddle shard boundaries and empty shards (more
+/// ranks than elements) are normal; a rank may own no segment at all.
+
+#include <cstdint>
+#include <vector>
+
+namespace kopt {
+
+/// One param's piece of one rank's shard.
+struct ShardSegment {
+  std::size_t param;          ///< index of the param in the group (registration order)
+  std::int64_t param_offset;  ///< first element, within the param
+  std::int64_t length;        ///< elements, > 0
+  std::int64_t shard_offset;  ///< first element, within the rank's local range
+};
+
+class ShardLayout {
+ public:
+  /// Elements: every param starts on a multiple of this in the world range (64 bytes of
+  /// fp32 state), and shard_size is a multiple of it.
+  static constexpr std::int64_t alignment = 16;
+
+  /// `numels`: element counts of the group's params, in registration order (0 allowed).
+  /// Throws kopt::InvalidArgument for world_size < 1 or a negative count.
+  ShardLayout(const std::vector<std::int64_t>& numels, int world_size);
+
+  int world_size() const { return world_size_; }
+  std::size_t num_params() const { return starts_.size(); }
+  /// Elements per shard (a multiple of alignment; 0 for a group without elements).
+  std::int64_t shard_size() const { return shard_size_; }
+  /// world_size * shard_size.
+  std::int64_t padded_size() const { return shard_size_ * world_size_; }
+  /// Where param p starts in the world range.
+  std::int64_t param_start(std::size_t p) const { return starts_[p]; }
+  std::int64_t param_numel(std::size_t p) const { return numels_[p]; }
+  /// Rank r's segments, in world-range order. Throws for a rank outside [0, world_size).
+  std::vector<ShardSegment> segments(int rank) const;
+  /// Rank r's segment of param p, if it has one.
+  bool find_segment(int rank, std::size_t p, ShardSegment& out) const;
+
+ private:
+  int world_size_;
+  std::vector<std::int64_t> numels_, starts_;
+  std::int64_t shard_size_ = 0;
+};
+
+}  // namespace kopt

@@ -1,0 +1,45 @@
+#include <algorithm>
+#include <kopt/error.hpp>
+#include <kopt/shard_layout.hpp>
+
+namespace kopt {
+
+namespace {
+std::int64_t round_up(std::int64_t n, std::int64_t to) { return (n + to - 1) / to * to; }
+}  // namespace
+
+ShardLayout::ShardLayout(const std::vector<std::int64_t>& numels, int world_size)
+    : world_size_(world_size), numels_(numels) {
+  KOPT_THROW_IF(world_size < 1,
+                "kopt::ShardLayout: world_size = " << world_size << " must be >= 1");
+  std::int64_t at = 0;
+  for (std::size_t p = 0; p < numels.size(); ++p) {
+    KOPT_THROW_IF(numels[p] < 0,
+                  "kopt::ShardLayout: param " << p << " has " << numels[p] << " elements");
+    starts_.push_back(at);
+    at = round_up(at + numels[p], alignment);
+  }
+  shard_size_ = round_up(at, alignment * world_size) / world_size;
+}
+
+std::vector<ShardSegment> ShardLayout::segments(int rank) const {
+  KOPT_THROW_IF(rank < 0 || rank >= world_size_,
+                "kopt::ShardLayout: rank " << rank << " is not in a world of " << world_size_);
+  std::vector<ShardSegment> out;
+  const std::int64_t lo = rank * shard_size_, hi = lo + shard_size_;
+  for (std::size_t p = 0; p < starts_.size(); ++p) {
+    const std::int64_t b = std::max(lo, starts_[p]), e = std::min(hi, starts_[p] + numels_[p]);
+    if (b < e) out.push_back(ShardSegment{p, b - starts_[p], e - b, b - lo});
+  }
+  return out;
+}
+
+bool ShardLayout::find_segment(int rank, std::size_t p, ShardSegment& out) const {
+  const std::int64_t lo = rank * shard_size_, hi = lo + shard_size_;
+  const std::int64_t b = std::max(lo, starts_[p]), e = std::min(hi, starts_[p] + numels_[p]);
+  if (b >= e) return false;
+  out = ShardSegment{p, b - starts_[p], e - b, b - lo};
+  return true;
+}
+
+}  // namespace kopt

@@ -1,0 +1,176 @@
+#include <algorithm>
+#include <cstring>
+#include <kopt/error.hpp>
+#include <kopt/impl/engine.hpp>
+#include <kopt/impl/shard_plan.hpp>
+
+namespace kopt::Impl {
+
+namespace {
+ShardLayout layout_of(const std::vector<ParamSpec>& specs, int world) {
+  std::vector<std::int64_t> numels;
+  for (const ParamSpec& p : specs)
+    if (!p.param.is_shard()) numels.push_back(p.param.numel);
+  return ShardLayout(numels, world);
+}
+
+// dst[k] = float(src[k]) for a grad in host-reachable memory.
+void widen(float* dst, const Tensor& src) {
+  const auto n = static_cast<std::size_t>(src.numel);
+  switch (src.dtype) {
+    case DType::bf16:
+      for (std::size_t k = 0; k < n; ++k)
+        dst[k] = to_float(static_cast<const bfloat16*>(src.data)[k]);
+      break;
+    case DType::f16:
+      for (std::size_t k = 0; k < n; ++k)
+        dst[k] = to_float(static_cast<const float16*>(src.data)[k]);
+      break;
+    default:
+      std::memcpy(dst, src.data, n * sizeof(float));
+  }
+}
+}  // namespace
+
+ShardPlan::ShardPlan(const std::vector<ParamGroup>& groups, const ShardingOptions& options)
+    : options_(options) {
+  KOPT_THROW_IF(!options.communicator, "kopt::ShardingOptions: communicator is required");
+  KOPT_THROW_IF(options.stage != ZeroStage::one && options.stage != ZeroStage::two,
+                "kopt::ShardingOptions: stage " << static_cast<int>(options.stage)
+                                                << " is not ZeroStage::one or two");
+  KOPT_THROW_IF(
+      options.reduction != GradReduction::sum && options.reduction != GradReduction::average,
+      "kopt::ShardingOptions: unknown reduction " << static_cast<int>(options.reduction));
+  rank_ = options.communicator->rank();
+  world_ = options.communicator->size();
+  KOPT_THROW_IF(world_ < 1 || rank_ < 0 || rank_ >= world_,
+                "kopt::ShardingOptions: communicator says rank " << rank_ << " of " << world_);
+  for (std::size_t g = 0; g < groups.size(); ++g) {
+    groups_.push_back(Group{layout_of(groups[g].params(), world_), {}, {}, {}});
+    Group& group = groups_.back();
+    for (const ParamSpec& p : groups[g].params()) {
+      Param item{g, p.param, p.grad, p.param.is_shard(), p.param.is_shard(), {}};
+      if (!item.presharded) {
+        const std::size_t in_layout = group.ordinals.size();
+        group.ordinals.push_back(params_.size());
+        item.local = group.layout.find_segment(rank_, in_layout, item.segment);
+      }
+      params_.push_back(item);
+      check(params_.size() - 1, p.param, p.grad);
+    }
+    if (options.stage == ZeroStage::two) {
+      group.send.assign(static_cast<std::size_t>(group.layout.padded_size()), 0.0f);
+      group.recv.assign(static_cast<std::size_t>(group.layout.shard_size()), 0.0f);
+    }
+  }
+}
+
+void ShardPlan::check(std::size_t i, const Tensor& param, const Tensor& grad) const {
+  const Param& p = params_[i];
+  KOPT_THROW_IF_AS(ShapeMismatch, param.numel != p.param.numel || param.is_shard() != p.presharded,
+                   "kopt::HybridOptimizer (sharded): param " << i << " is " << describe(p.param)
+                                                             << ", not " << describe(param));
+  if (grad.is_null()) return;
+  KOPT_THROW_IF_AS(ShapeMismatch, grad.numel != param.numel,
+                   "kopt::HybridOptimizer (sharded): grad " << describe(grad) << " of param " << i
+                                                            << " does not match "
+                                                            << describe(param));
+  KOPT_THROW_IF(
+      options_.stage == ZeroStage::two && !p.presharded &&
+          (grad.space == MemorySpace::cuda ||
+           (grad.dtype != DType::f32 && grad.dtype != DType::bf16 && grad.dtype != DType::f16)),
+      "kopt::HybridOptimizer (ZeRO-2): grad " << describe(grad) << " of param " << i
+                                              << " must be an f32, bf16 or f16 tensor "
+                                              << "in host-reachable memory");
+}
+
+void ShardPlan::set(std::size_t i, const Tensor& param, const Tensor& grad) {
+  check(i, param, grad);
+  params_[i].param = param;
+  params_[i].grad = grad;
+}
+
+Tensor ShardPlan::local(std::size_t i, const Tensor& t) const {
+  const Param& p = params_[i];
+  if (p.presharded || t.is_null()) return t;
+  return t.slice(p.segment.param_offset, p.segment.length);
+}
+
+Tensor ShardPlan::local_grad(std::size_t i, const Tensor& grad) const {
+  const Param& p = params_[i];
+  if (grad.is_null()) return Tensor{};
+  if (p.presharded || options_.stage == ZeroStage::one) return local(i, grad);
+  float* reduced = const_cast<float*>(groups_[p.group].recv.data()) + p.segment.shard_offset;
+  return Tensor(reduced, p.segment.length, DType::f32, MemorySpace::host);
+}
+
+void ShardPlan::reduce_grads() {
+  fence_all("kopt::ShardPlan::reduce_grads");  // grads written by device work (UVM)
+  for (Group& group : groups_) {
+    if (group.layout.padded_size() == 0) continue;
+    std::fill(group.send.begin(), group.send.end(), 0.0f);  // padding and null grads
+    for (std::size_t k = 0; k < group.ordinals.size(); ++k) {
+      const Tensor& g = params_[group.ordinals[k]].grad;
+      if (!g.is_null()) widen(group.send.data() + group.layout.param_start(k), g);
+    }
+    options_.communicator->reduce_scatter_sum(group.send.data(), group.recv.data(),
+                                              group.recv.size());
+  }
+}
+
+void ShardPlan::combine(std::vector<double>& per_param) {
+  const std::size_t n = per_param.size();
+  if (world_ == 1) return;
+  sums_.resize(n * static_cast<std::size_t>(world_));
+  options_.communicator->all_gather_bytes(
+      per_param.data(), sums_.data(),
+      std::vector<std::size_t>(static_cast<std::size_t>(world_), n * sizeof(double)));
+  for (std::size_t i = 0; i < n; ++i) {
+    double s = 0.0;
+    for (std::size_t r = 0; r < static_cast<std::size_t>(world_); ++r) s += sums_[r * n + i];
+    per_param[i] = s;
+  }
+}
+
+void ShardPlan::gather_params() {
+  for (const Group& group : groups_) {
+    if (group.layout.padded_size() == 0 || world_ == 1) continue;
+    // Bytes per rank: its segments, param by param, in the params' own dtypes.
+    std::vector<std::size_t> bytes(static_cast<std::size_t>(world_), 0);
+    std::vector<std::vector<ShardSegment>> segments(bytes.size());
+    for (int r = 0; r < world_; ++r) {
+      segments[static_cast<std::size_t>(r)] = group.layout.segments(r);
+      for (const ShardSegment& s : segments[static_cast<std::size_t>(r)])
+        bytes[static_cast<std::size_t>(r)] += static_cast<std::size_t>(s.length) *
+                                              size_of(params_[group.ordinals[s.param]].param.dtype);
+    }
+    std::size_t total = 0;
+    for (const std::size_t b : bytes) total += b;
+    gather_in_.resize(bytes[static_cast<std::size_t>(rank_)]);
+    gather_out_.resize(total);
+    std::size_t at = 0;
+    for (const ShardSegment& s : segments[static_cast<std::size_t>(rank_)]) {
+      const Tensor piece = params_[group.ordinals[s.param]].param.slice(s.param_offset, s.length);
+      copy_bytes(gather_in_.data() + at, MemorySpace::host, piece.data, piece.space, piece.bytes());
+      at += piece.bytes();
+    }
+    options_.communicator->all_gather_bytes(gather_in_.data(), gather_out_.data(), bytes);
+    at = 0;
+    for (int r = 0; r < world_; ++r)
+      for (const ShardSegment& s : segments[static_cast<std::size_t>(r)]) {
+        const Tensor piece = params_[group.ordinals[s.param]].param.slice(s.param_offset, s.length);
+        if (r != rank_)
+          copy_bytes(piece.data, piece.space, gather_out_.data() + at, MemorySpace::host,
+                     piece.bytes());
+        at += piece.bytes();
+      }
+  }
+}
+
+double ShardPlan::grad_divisor() const {
+  return options_.stage == ZeroStage::two && options_.reduction == GradReduction::average
+             ? static_cast<double>(world_)
+             : 1.0;
+}
+
+}  // namespace kopt::Impl
