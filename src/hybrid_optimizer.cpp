@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cmath>
 #include <kopt/error.hpp>
 #include <kopt/hybrid_optimizer.hpp>
@@ -149,6 +150,7 @@ StepStats HybridOptimizer::step() {
   if (options_.max_grad_norm || scaler_) {
     // One reduction per engine where its grads live; the partial sums meet here, and
     // across ranks in rank order, so every rank decides the same.
+    std::fill(norm_by_param_.begin(), norm_by_param_.end(), 0.0);  // other ranks' params: 0
     for (std::size_t e = 0; e < engines_.size(); ++e) {
       engines_[e]->grad_sums_of_squares(norm_scratch_);
       for (std::size_t i = 0; i < engine_params_[e].size(); ++i)

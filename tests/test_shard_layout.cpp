@@ -1,0 +1,152 @@
+// kopt::ShardLayout, Tensor::shard_of, and the sharded HybridOptimizer in a world of one
+// process (the MPI worlds are in tests/mpi/).
+#include <gtest/gtest.h>
+
+#include <kopt/kopt.hpp>
+
+#include "hybrid_world.hpp"
+
+namespace {
+
+using kopt::ShardLayout;
+using kopt_test::HybridWorld;
+using kopt_test::ParamDef;
+
+// Every element of every param is in exactly one rank's shard, at the place the layout says.
+void expect_exact_cover(const std::vector<std::int64_t>& numels, int world) {
+  SCOPED_TRACE("world " + std::to_string(world));
+  const ShardLayout layout(numels, world);
+  EXPECT_EQ(layout.shard_size() % ShardLayout::alignment, 0);
+  EXPECT_EQ(layout.padded_size(), layout.shard_size() * world);
+  std::vector<std::vector<int>> owner(numels.size());
+  for (std::size_t p = 0; p < numels.size(); ++p) {
+    owner[p].assign(static_cast<std::size_t>(numels[p]), -1);
+    EXPECT_EQ(layout.param_start(p) % ShardLayout::alignment, 0);
+    if (p > 0) {
+      EXPECT_GE(layout.param_start(p), layout.param_start(p - 1) + numels[p - 1]);
+    }
+  }
+  for (int r = 0; r < world; ++r) {
+    std::int64_t last_end = -1;
+    for (const kopt::ShardSegment& s : layout.segments(r)) {
+      EXPECT_GT(s.length, 0);
+      EXPECT_GE(s.shard_offset, 0);
+      EXPECT_LE(s.shard_offset + s.length, layout.shard_size());
+      EXPECT_GT(s.shard_offset, last_end - 1);  // in shard order, not overlapping
+      last_end = s.shard_offset + s.length;
+      EXPECT_EQ(r * layout.shard_size() + s.shard_offset,
+                layout.param_start(s.param) + s.param_offset);
+      kopt::ShardSegment found{};
+      ASSERT_TRUE(layout.find_segment(r, s.param, found));
+      EXPECT_EQ(found.param_offset, s.param_offset);
+      for (std::int64_t k = 0; k < s.length; ++k) {
+        int& o = owner[s.param][static_cast<std::size_t>(s.param_offset + k)];
+        EXPECT_EQ(o, -1) << "element owned twice";
+        o = r;
+      }
+    }
+  }
+  for (std::size_t p = 0; p < numels.size(); ++p)
+    for (const int o : owner[p]) ASSERT_NE(o, -1) << "param " << p << " has an element no one owns";
+}
+
+TEST(ShardLayout, EveryElementHasExactlyOneOwner) {
+  for (int world = 1; world <= 7; ++world) {
+    expect_exact_cover({1, 13, 40, 7, 1000, 3}, world);
+    expect_exact_cover({0, 5, 0}, world);
+    expect_exact_cover({100003}, world);
+    expect_exact_cover({}, world);
+  }
+}
+
+TEST(ShardLayout, EmptyShardsAndStraddlingParamsAreNormal) {
+  const ShardLayout one({1}, 4);  // 16 padded elements: one per... rank 0 only
+  EXPECT_EQ(one.shard_size(), 16);
+  EXPECT_EQ(one.segments(0).size(), 1u);
+  for (int r = 1; r < 4; ++r) EXPECT_TRUE(one.segments(r).empty());
+  const ShardLayout cut({100}, 3);  // 112 padded: shards of 48, the param across all three
+  EXPECT_EQ(cut.shard_size(), 48);
+  EXPECT_EQ(cut.segments(1).at(0).param_offset, 48);
+  EXPECT_EQ(cut.segments(2).at(0).length, 4);
+}
+
+TEST(ShardLayout, BadInputIsRefused) {
+  EXPECT_THROW(ShardLayout({1}, 0), kopt::InvalidArgument);
+  EXPECT_THROW(ShardLayout({-1}, 2), kopt::InvalidArgument);
+  EXPECT_THROW(ShardLayout({1}, 2).segments(2), kopt::InvalidArgument);
+}
+
+TEST(ShardOf, MarksTheLocalPartAndChecksIt) {
+  float data[10] = {};
+  const kopt::Tensor t = kopt::Tensor::from(data, 10).shard_of(25, 15);
+  EXPECT_TRUE(t.is_shard());
+  EXPECT_EQ(t.global_numel, 25);
+  EXPECT_EQ(t.global_offset, 15);
+  EXPECT_FALSE(kopt::Tensor::from(data, 10).is_shard());
+  EXPECT_THROW(kopt::Tensor::from(data, 10).shard_of(24, 15), kopt::InvalidArgument);
+  EXPECT_THROW(kopt::Tensor::from(data, 10).shard_of(25, -1), kopt::InvalidArgument);
+  const kopt::Tensor s = t.slice(2, 3);
+  EXPECT_EQ(s.data, static_cast<void*>(data + 2));
+  EXPECT_EQ(s.global_offset, 17);
+  EXPECT_THROW(t.slice(8, 3), kopt::InvalidArgument);
+}
+
+std::vector<ParamDef> sharding_defs() {
+  std::vector<ParamDef> defs = kopt_test::mixed_defs(2);
+  defs.push_back(ParamDef{1, kopt::DType::bf16, kopt::DType::bf16, false, 0});  // empty
+  return defs;
+}
+
+// A world of one: the sharded step (layout, norm combination, gathers) gives bitwise the
+// unsharded result, with clipping and loss scaling on, at ZeRO-1 and ZeRO-2.
+TEST(ShardedOptimizer, AWorldOfOneMatchesTheUnshardedOneBitwise) {
+  for (const kopt::ZeroStage stage : {kopt::ZeroStage::one, kopt::ZeroStage::two}) {
+    SCOPED_TRACE(stage == kopt::ZeroStage::one ? "ZeRO-1" : "ZeRO-2");
+    kopt::HybridOptions options;
+    options.max_grad_norm = 0.5;
+    options.loss_scaling = kopt::LossScalerOptions{.init_scale = 64, .growth_interval = 3};
+    std::vector<ParamDef> defs = sharding_defs();
+    if (stage == kopt::ZeroStage::two)  // kopt reduces grads in f32: the unsharded run gets f32
+      for (ParamDef& d : defs) d.on_device = false;
+    HybridWorld plain({kopt::AdamConfig{}, kopt::AdamConfig{.lr = 3e-3, .amsgrad = true}}, defs,
+                      options, 5);
+    kopt::HybridOptions sharded_options = options;
+    sharded_options.sharding = kopt::ShardingOptions{
+        std::make_shared<kopt::SingleProcessCommunicator>(), stage, kopt::GradReduction::average};
+    HybridWorld sharded(plain.configs, defs, sharded_options, 5);
+    for (int s = 0; s < 6; ++s) {
+      for (HybridWorld* w : {&plain, &sharded}) {
+        w->new_grads(w->opt->loss_scale());
+        if (s == 2) w->grads[1].poke(0, INFINITY);
+      }
+      const kopt::StepStats a = plain.opt->step(), b = sharded.opt->step();
+      EXPECT_EQ(a.grad_norm, b.grad_norm);
+      EXPECT_EQ(a.skipped, b.skipped);
+      EXPECT_EQ(a.skipped, s == 2);
+      for (std::size_t j = 0; j < defs.size(); ++j) {
+        EXPECT_EQ(plain.params[j].get(), sharded.params[j].get()) << HybridWorld::name(j);
+        EXPECT_EQ(plain.opt->step_count(HybridWorld::name(j)),
+                  sharded.opt->step_count(HybridWorld::name(j)));
+      }
+    }
+  }
+}
+
+TEST(ShardedOptimizer, BadShardingOptionsAreRefused) {
+  std::vector<float> p(4), g(4);
+  kopt::ParamGroup group;
+  group.add("w", kopt::Tensor::from(p.data(), 4), kopt::Tensor::from(g.data(), 4));
+  kopt::HybridOptions options;
+  options.sharding = kopt::ShardingOptions{};  // no communicator
+  EXPECT_THROW(kopt::HybridOptimizer({group}, options), kopt::InvalidArgument);
+  options.sharding->communicator = std::make_shared<kopt::SingleProcessCommunicator>();
+  options.sharding->stage = static_cast<kopt::ZeroStage>(3);
+  EXPECT_THROW(kopt::HybridOptimizer({group}, options), kopt::InvalidArgument);
+  options.sharding->stage = kopt::ZeroStage::one;
+  kopt::HybridOptimizer opt({group}, options);
+  EXPECT_THROW(opt.set_grad("w", kopt::Tensor::from(g.data(), 3)), kopt::ShapeMismatch);
+  EXPECT_THROW(opt.rebind("w", kopt::Tensor::from(p.data(), 3), kopt::Tensor{}),
+               kopt::ShapeMismatch);
+}
+
+}  // namespace
