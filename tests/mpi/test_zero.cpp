@@ -72,8 +72,10 @@ double bound_for(DType t) {
 TEST(Zero1, MatchesOneProcessBitwise) {
   kopt::HybridOptions options;
   options.loss_scaling = kopt::LossScalerOptions{.init_scale = 256, .growth_interval = 3};
-  HybridWorld one(configs(), defs(), options, 21);
-  HybridWorld zero(configs(), defs(), sharded(options, kopt::ZeroStage::one), 21);
+  // Group 2 offloaded (StatePlacement::host) in both.
+  HybridWorld one(configs(), defs(), options, 21, {false, false, true});
+  HybridWorld zero(configs(), defs(), sharded(options, kopt::ZeroStage::one), 21,
+                   {false, false, true});
   for (int s = 0; s < 8; ++s) {
     SCOPED_TRACE("step " + std::to_string(s));
     for (HybridWorld* w : {&one, &zero}) {
@@ -136,8 +138,9 @@ RankGrads rank_grads(const std::vector<ParamDef>& d, int step) {
 
 TEST(Zero2, ReduceScatterOfSumsMatchesOneProcessBitwise) {
   const std::vector<ParamDef> zero_defs = defs();
-  HybridWorld one(configs(), defs(DType::f32), {}, 23);  // ZeRO-2 reduces in f32
-  HybridWorld zero(configs(), zero_defs, sharded({}, kopt::ZeroStage::two), 23);
+  // ZeRO-2 reduces in f32: one process gets f32 grads. Group 1 offloaded in both.
+  HybridWorld one(configs(), defs(DType::f32), {}, 23, {false, true});
+  HybridWorld zero(configs(), zero_defs, sharded({}, kopt::ZeroStage::two), 23, {false, true});
   for (int s = 0; s < 6; ++s) {
     const RankGrads g = rank_grads(zero_defs, s);
     for (std::size_t j = 0; j < zero_defs.size(); ++j) {
@@ -205,6 +208,97 @@ TEST(Sharded, AnInfOnOneRankSkipsTheStepOnEveryRank) {
     w.new_grads(w.opt->loss_scale());
     EXPECT_FALSE(w.opt->step().skipped);
   }
+}
+
+// Two params the training code shards itself (unequal parts; at 4 ranks rank 0's part of
+// the bf16 one is small), beside one kopt cuts, step as in one process on the whole tensors.
+TEST(Sharded, PreShardedParamsMatchTheUnshardedRun) {
+  const int world = world_size(), me = world_rank();
+  const std::int64_t sizes[] = {1001, 517, 37};
+  const DType types[] = {DType::f32, DType::bf16, DType::f32};
+  const auto bound = [&](std::int64_t n, int r) { return n * r * r / (world * world); };
+  std::vector<kopt_test::Buffer> full_p, full_g, part_p, part_g;
+  kopt::ParamGroup whole(kopt::AdamConfig{.lr = 1e-2}), parts(kopt::AdamConfig{.lr = 1e-2});
+  std::mt19937 rng(31);
+  std::uniform_real_distribution<double> dist(-1, 1);
+  const auto random = [&](std::int64_t n) {
+    std::vector<double> v(static_cast<std::size_t>(n));
+    for (double& x : v) x = dist(rng);
+    return v;
+  };
+  std::vector<std::int64_t> lo(3), len(3);
+  for (std::size_t j = 0; j < 3; ++j) {
+    const bool cut_by_caller = j < 2;
+    lo[j] = cut_by_caller ? bound(sizes[j], me) : 0;
+    len[j] = cut_by_caller ? bound(sizes[j], me + 1) - lo[j] : sizes[j];
+    const std::vector<double> init = random(sizes[j]);
+    full_p.emplace_back(types[j], false, static_cast<std::size_t>(sizes[j]));
+    full_g.emplace_back(types[j], false, static_cast<std::size_t>(sizes[j]));
+    part_p.emplace_back(types[j], false, static_cast<std::size_t>(len[j]));
+    part_g.emplace_back(types[j], false, static_cast<std::size_t>(len[j]));
+    full_p[j].set(init);
+    part_p[j].set(std::vector<double>(init.begin() + lo[j], init.begin() + lo[j] + len[j]));
+    const std::string name = "w" + std::to_string(j);
+    whole.add(name, full_p[j].tensor(), full_g[j].tensor());
+    kopt::Tensor p = part_p[j].tensor(), g = part_g[j].tensor();
+    if (cut_by_caller) {
+      p = p.shard_of(sizes[j], lo[j]);
+      g = g.shard_of(sizes[j], lo[j]);
+    }
+    parts.add(name, p, g);
+  }
+  kopt::HybridOptions options;
+  options.loss_scaling = kopt::LossScalerOptions{.init_scale = 8};
+  kopt::HybridOptimizer one({whole}, options);
+  kopt::HybridOptimizer zero({parts}, sharded(options, kopt::ZeroStage::one));
+  for (int s = 0; s < 6; ++s) {
+    for (std::size_t j = 0; j < 3; ++j) {
+      std::vector<double> g = random(sizes[j]);
+      for (double& x : g) x *= 8;
+      full_g[j].set(g);
+      part_g[j].set(std::vector<double>(g.begin() + lo[j], g.begin() + lo[j] + len[j]));
+    }
+    EXPECT_EQ(one.step().skipped, zero.step().skipped);
+  }
+  for (std::size_t j = 0; j < 3; ++j) {
+    const std::vector<double> all = full_p[j].get();
+    EXPECT_EQ(part_p[j].get(),
+              std::vector<double>(all.begin() + lo[j], all.begin() + lo[j] + len[j]))
+        << "w" << j;
+  }
+}
+
+TEST(Sharded, EachRankHoldsAboutOneWorldSizeOfTheState) {
+  std::vector<ParamDef> d;
+  std::vector<std::int64_t> numels;
+  for (const std::size_t n : {100000u, 33333u, 4099u, 7u, 1u}) {
+    d.push_back(ParamDef{0, DType::f32, DType::f32, false, n});
+    numels.push_back(static_cast<std::int64_t>(n));
+  }
+  const kopt::AdamConfig config{};  // fp32, no amsgrad: m and v, 8 B per element
+  HybridWorld one({config}, d, {}, 41);
+  HybridWorld zero({config}, d, sharded({}, kopt::ZeroStage::one), 41);
+  for (HybridWorld* w : {&one, &zero}) {  // state is allocated on the first step
+    w->new_grads();
+    w->opt->step();
+  }
+  const auto bytes = [](HybridWorld& w) {
+    std::size_t b = 0;
+    for (const auto& [space, n] : w.opt->state_bytes()) b += n;
+    return b;
+  };
+  const std::size_t all = bytes(one), mine = bytes(zero);
+  const kopt::ShardLayout layout(numels, world_size());
+  const std::size_t segments = layout.segments(world_rank()).size();
+  // Each of this rank's segments pads its state to 16 elements; the shard is 1/world.
+  EXPECT_LE(mine, static_cast<std::size_t>(layout.shard_size() + 16 * segments) * 8);
+  EXPECT_LE(mine, all / static_cast<std::size_t>(world_size()) + (16 * segments + 16) * 8);
+  unsigned long long total = mine;
+  MPI_Allreduce(MPI_IN_PLACE, &total, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
+  EXPECT_GE(total, 137440ull * 8);  // every element's state is somewhere
+  EXPECT_LE(total, all + static_cast<std::size_t>(world_size()) * numels.size() * 16 * 8);
+  std::printf("rank %d of %d: %zu state bytes, unsharded %zu (ratio %.3f)\n", world_rank(),
+              world_size(), mine, all, static_cast<double>(mine) / static_cast<double>(all));
 }
 
 }  // namespace
