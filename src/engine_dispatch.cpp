@@ -1,4 +1,5 @@
 // The one place that maps memory spaces to engines.
+#include <algorithm>
 #include <cstring>
 #include <kopt/error.hpp>
 #include <kopt/impl/copy_queue.hpp>
@@ -97,6 +98,27 @@ void copy_bytes(void* dst, MemorySpace dst_space, const void* src, MemorySpace s
   KOPT_THROW_IF_AS(NotCompiled, true,
                    "kopt::copy_bytes: memory space 'cuda' in a build without CUDA");
 #endif
+}
+
+std::shared_ptr<void> allocate_bytes(MemorySpace space, std::size_t bytes,
+                                     const std::string& label) {
+  const std::size_t n = std::max<std::size_t>(bytes, 1);
+#ifdef KOKKOS_ENABLE_CUDA
+  if (space == MemorySpace::cuda)
+    return std::shared_ptr<void>(Kokkos::kokkos_malloc<Kokkos::CudaSpace>(label, n),
+                                 [](void* p) { Kokkos::kokkos_free<Kokkos::CudaSpace>(p); });
+  if (space == MemorySpace::cuda_uvm)
+    return std::shared_ptr<void>(Kokkos::kokkos_malloc<Kokkos::CudaUVMSpace>(label, n),
+                                 [](void* p) { Kokkos::kokkos_free<Kokkos::CudaUVMSpace>(p); });
+  if (space == MemorySpace::cuda_host_pinned)
+    return std::shared_ptr<void>(
+        Kokkos::kokkos_malloc<Kokkos::CudaHostPinnedSpace>(label, n),
+        [](void* p) { Kokkos::kokkos_free<Kokkos::CudaHostPinnedSpace>(p); });
+#endif
+  KOPT_THROW_IF_AS(NotCompiled, space != MemorySpace::host,
+                   "kopt::allocate_bytes: memory space '" << name_of(space) << "' in this build");
+  return std::shared_ptr<void>(Kokkos::kokkos_malloc<Kokkos::HostSpace>(label, n),
+                               [](void* p) { Kokkos::kokkos_free<Kokkos::HostSpace>(p); });
 }
 
 }  // namespace kopt::Impl

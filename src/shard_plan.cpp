@@ -3,6 +3,7 @@
 #include <kopt/error.hpp>
 #include <kopt/impl/engine.hpp>
 #include <kopt/impl/shard_plan.hpp>
+#include <string>
 
 namespace kopt::Impl {
 
@@ -49,11 +50,17 @@ ShardPlan::ShardPlan(const std::vector<ParamGroup>& groups, const ShardingOption
     groups_.push_back(Group{layout_of(groups[g].params(), world_), {}, {}, {}});
     Group& group = groups_.back();
     for (const ParamSpec& p : groups[g].params()) {
-      Param item{g, p.param, p.grad, p.param.is_shard(), p.param.is_shard(), {}};
+      Param item{g, p.param, p.grad, p.param.is_shard(), p.param.is_shard(), {}, nullptr};
       if (!item.presharded) {
         const std::size_t in_layout = group.ordinals.size();
         group.ordinals.push_back(params_.size());
         item.local = group.layout.find_segment(rank_, in_layout, item.segment);
+        const bool device_engine =
+            std::string(engine_space_for(p.param.space)) != engine_space_for(MemorySpace::host);
+        if (options.stage == ZeroStage::two && item.local && device_engine)
+          item.device_grad = allocate_bytes(
+              p.param.space, static_cast<std::size_t>(item.segment.length) * sizeof(float),
+              "kopt::ShardPlan::reduced_grad");
       }
       params_.push_back(item);
       check(params_.size() - 1, p.param, p.grad);
@@ -100,21 +107,34 @@ Tensor ShardPlan::local_grad(std::size_t i, const Tensor& grad) const {
   const Param& p = params_[i];
   if (grad.is_null()) return Tensor{};
   if (p.presharded || options_.stage == ZeroStage::one) return local(i, grad);
+  if (p.device_grad)
+    return Tensor(p.device_grad.get(), p.segment.length, DType::f32, p.param.space);
   float* reduced = const_cast<float*>(groups_[p.group].recv.data()) + p.segment.shard_offset;
   return Tensor(reduced, p.segment.length, DType::f32, MemorySpace::host);
 }
 
 void ShardPlan::reduce_grads() {
-  fence_all("kopt::ShardPlan::reduce_grads");  // grads written by device work (UVM)
+  fence_all("kopt::ShardPlan::reduce_grads");  // grads written by device work
   for (Group& group : groups_) {
     if (group.layout.padded_size() == 0) continue;
     std::fill(group.send.begin(), group.send.end(), 0.0f);  // padding and null grads
     for (std::size_t k = 0; k < group.ordinals.size(); ++k) {
-      const Tensor& g = params_[group.ordinals[k]].grad;
-      if (!g.is_null()) widen(group.send.data() + group.layout.param_start(k), g);
+      Tensor g = params_[group.ordinals[k]].grad;
+      if (g.is_null()) continue;
+      if (g.space == MemorySpace::cuda) {  // stage device grads through host memory
+        staged_.resize(g.bytes());
+        copy_bytes(staged_.data(), MemorySpace::host, g.data, g.space, g.bytes());
+        g.data = staged_.data();
+      }
+      widen(group.send.data() + group.layout.param_start(k), g);
     }
     options_.communicator->reduce_scatter_sum(group.send.data(), group.recv.data(),
                                               group.recv.size());
+    for (const std::size_t i : group.ordinals)
+      if (params_[i].device_grad)
+        copy_bytes(params_[i].device_grad.get(), params_[i].param.space,
+                   group.recv.data() + params_[i].segment.shard_offset, MemorySpace::host,
+                   static_cast<std::size_t>(params_[i].segment.length) * sizeof(float));
   }
 }
 

@@ -93,4 +93,8 @@ std::unique_ptr<Engine> make_offload_engine(MemorySpace space, DType dtype,
 void copy_bytes(void* dst, MemorySpace dst_space, const void* src, MemorySpace src_space,
                 std::size_t bytes);
 
+/// `bytes` bytes of kopt's own in `space`, freed with the last copy of the pointer.
+std::shared_ptr<void> allocate_bytes(MemorySpace space, std::size_t bytes,
+                                     const std::string& label);
+
 }  // namespace kopt::Impl

@@ -3,11 +3,13 @@
 /// The sharded step's bookkeeping (HybridOptimizer with ShardingOptions): per param, the
 /// user's tensors and this rank's piece of it; per group, its ShardLayout and the buffers
 /// of the reduce-scatter (ZeRO-2) and the all-gather. The engines only ever see the local
-/// pieces, as params of their own.
+/// pieces, as params of their own. Communication runs on host buffers: params and grads in
+/// device memory are staged through them.
 
 #include <kopt/param_group.hpp>
 #include <kopt/shard_layout.hpp>
 #include <kopt/sharding.hpp>
+#include <memory>
 #include <vector>
 
 namespace kopt::Impl {
@@ -50,6 +52,9 @@ class ShardPlan {
     bool presharded;     ///< shard_of: not cut again, not gathered
     bool local;
     ShardSegment segment{};  ///< when local and not presharded
+    /// ZeRO-2, params a device engine updates: the piece's reduced grads, in the param's
+    /// own memory (the reduce-scatter runs in host memory).
+    std::shared_ptr<void> device_grad;
   };
   struct Group {
     ShardLayout layout;
@@ -61,7 +66,7 @@ class ShardPlan {
   int rank_ = 0, world_ = 1;
   std::vector<Param> params_;
   std::vector<Group> groups_;
-  std::vector<unsigned char> gather_in_, gather_out_;
+  std::vector<unsigned char> gather_in_, gather_out_, staged_;
   std::vector<double> sums_;
 };
 
