@@ -61,6 +61,8 @@ class HybridOptimizer {
   /// result skips the whole step (no param, state or step count changes) and backs the loss
   /// scale off. Then enqueues every engine's update and waits for all of them.
   /// Validates every group's config first and changes nothing if one is invalid.
+  /// Sharded (HybridOptions::sharding): collective, every rank calls it; ZeRO-2 first
+  /// reduce-scatters the grads, and the updated params are all-gathered before it returns.
   StepStats step();
 
   /// A group as the optimizer holds it: its config is mutable between steps (schedules);
@@ -96,9 +98,10 @@ class HybridOptimizer {
   double loss_scale() const;
   /// Completed updates of `name`.
   std::int64_t step_count(const std::string& name) const;
-  /// Optimizer state bytes (moments, amsgrad max, fp32 masters) per execution space name
-  /// whose memory holds them ("OpenMP" for host memory, "Cuda", ...): offloaded state
-  /// counts as host memory. The offload pipeline's staging buffers are not state.
+  /// Optimizer state bytes (moments, amsgrad max, fp32 masters; this rank's when sharded)
+  /// per execution space name whose memory holds them ("OpenMP" for host memory, "Cuda",
+  /// ...): offloaded state counts as host memory. The offload pipeline's staging buffers
+  /// are not state.
   std::map<std::string, std::size_t> state_bytes() const;
   /// Whether the state of `name` lives in host memory and is updated by the offload
   /// pipeline (its group is StatePlacement::host, or OffloadOptions selected it).
