@@ -62,6 +62,10 @@ HybridOptimizer::HybridOptimizer(std::vector<ParamGroup> groups, const HybridOpt
   for (std::size_t g = 0; g < groups_.size(); ++g) {
     validate_group_config(groups_[g].config(), g);
     for (const ParamSpec& p : groups_[g].params()) {
+      KOPT_THROW_IF(p.param.is_shard() && !options_.sharding,
+                    "kopt::HybridOptimizer: parameter '"
+                        << p.name << "' is part of a larger tensor (" << describe(p.param)
+                        << "): its grad norm needs the other parts; set HybridOptions::sharding");
       KOPT_THROW_IF(!names.insert(p.name).second, "kopt::HybridOptimizer: parameter name '"
                                                       << p.name << "' is used twice (names are "
                                                       << "unique across all groups)");

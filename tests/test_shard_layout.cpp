@@ -136,6 +136,9 @@ TEST(ShardedOptimizer, BadShardingOptionsAreRefused) {
   std::vector<float> p(4), g(4);
   kopt::ParamGroup group;
   group.add("w", kopt::Tensor::from(p.data(), 4), kopt::Tensor::from(g.data(), 4));
+  kopt::ParamGroup pre;  // a shard of a larger tensor needs a world to sum its norm with
+  pre.add("w", kopt::Tensor::from(p.data(), 4).shard_of(8, 4), kopt::Tensor::from(g.data(), 4));
+  EXPECT_THROW(kopt::HybridOptimizer({pre}), kopt::InvalidArgument);
   kopt::HybridOptions options;
   options.sharding = kopt::ShardingOptions{};  // no communicator
   EXPECT_THROW(kopt::HybridOptimizer({group}, options), kopt::InvalidArgument);
