@@ -85,6 +85,11 @@ class FusedAdam {
   }
   /// The state of `name` (allocating the engine's state first if needed).
   AdamStateView<memory_space> state(const std::string& name);
+  /// Overwrites the state of `name` from host arrays of numel floats (a checkpoint): the
+  /// moments, the amsgrad max (ignored when null or when no group uses amsgrad), the fp32
+  /// master (16-bit params only; ignored for f32 ones) and the step count. Blocks.
+  void set_state(const std::string& name, std::int64_t step, const float* exp_avg,
+                 const float* exp_avg_sq, const float* max_exp_avg_sq, const float* master);
   /// Bytes of optimizer state this engine holds in its memory space.
   std::size_t state_bytes() const;
   const ExecSpace& exec() const { return exec_; }
@@ -118,7 +123,7 @@ class FusedAdam {
   std::vector<KernelClass> classes_;
   Impl::GradNorms<ExecSpace> norms_;  ///< over every present grad, any class
   std::vector<double> norm_scratch_;
-  std::vector<int> next_signature_;                      ///< step()'s scratch
+  std::vector<int> next_signature_;  ///< step()'s scratch
   std::vector<ClassKey> next_keys_;
 };
 

@@ -12,6 +12,14 @@
 
 namespace kopt::Impl {
 
+/// One param's optimizer state on the host, as a checkpoint holds it.
+struct HostParamState {
+  std::int64_t step = 0;
+  std::vector<float> exp_avg, exp_avg_sq;
+  std::vector<float> max_exp_avg_sq;  ///< empty unless the engine keeps one (amsgrad)
+  std::vector<float> master;          ///< empty for f32 params (the param is the master)
+};
+
 class Engine {
  public:
   virtual ~Engine() = default;
@@ -29,6 +37,11 @@ class Engine {
   virtual void fence() = 0;
   virtual std::int64_t step_count(const std::string& name) const = 0;
   virtual std::size_t state_bytes() const = 0;
+  /// The state of `name`, copied to the host (allocating the engine's state if needed).
+  virtual void get_state(const std::string& name, HostParamState& out) = 0;
+  /// Overwrites the state of `name`; arrays sized to its numel (the caller checked them),
+  /// an empty max or master leaves that part as it is. Blocks.
+  virtual void set_state(const std::string& name, const HostParamState& in) = 0;
   /// The execution space that serves the params' memory: "OpenMP", "Cuda", ...
   virtual const char* space_name() const = 0;
   /// The execution space whose memory holds the optimizer state (the host's for offload).
@@ -68,6 +81,25 @@ class EngineFor final : public Engine {
   std::int64_t step_count(const std::string& name) const override { return adam_.step_count(name); }
   std::size_t state_bytes() const override { return adam_.state_bytes(); }
   const char* space_name() const override { return ExecSpace::name(); }
+  void get_state(const std::string& name, HostParamState& out) override {
+    const auto s = adam_.state(name);
+    const auto to_host = [](const auto& view, std::vector<float>& v) {
+      v.resize(view.extent(0));
+      using Host = Kokkos::View<float*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+      if (!v.empty()) Kokkos::deep_copy(Host(v.data(), v.size()), view);
+    };
+    Impl::fence(adam_.exec(), "kopt::get_state");  // updates enqueued before
+    to_host(s.exp_avg, out.exp_avg);
+    to_host(s.exp_avg_sq, out.exp_avg_sq);
+    to_host(s.max_exp_avg_sq, out.max_exp_avg_sq);
+    to_host(s.master, out.master);
+    out.step = s.step;
+  }
+  void set_state(const std::string& name, const HostParamState& in) override {
+    const auto ptr = [](const std::vector<float>& v) { return v.empty() ? nullptr : v.data(); };
+    adam_.set_state(name, in.step, in.exp_avg.data(), in.exp_avg_sq.data(), ptr(in.max_exp_avg_sq),
+                    ptr(in.master));
+  }
 
  private:
   FusedAdam<ExecSpace> adam_;

@@ -237,6 +237,29 @@ AdamStateView<typename FusedAdam<ExecSpace>::memory_space> FusedAdam<ExecSpace>:
 }
 
 template <class ExecSpace>
+void FusedAdam<ExecSpace>::set_state(const std::string& name, std::int64_t step,
+                                     const float* exp_avg, const float* exp_avg_sq,
+                                     const float* max_exp_avg_sq, const float* master) {
+  const std::size_t i = registry_.index_of(name);
+  ensure_state_();
+  const Impl::ParamEntry& e = registry_[i];
+  const auto n = static_cast<std::size_t>(e.param.numel);
+  const auto put = [&](const FloatView& to, std::int64_t offset, const float* from) {
+    if (from == nullptr || to.extent(0) == 0) return;
+    using Host =
+        Kokkos::View<const float*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+    const auto at = static_cast<std::size_t>(offset);
+    Kokkos::deep_copy(exec_, Kokkos::subview(to, std::make_pair(at, at + n)), Host(from, n));
+  };
+  put(exp_avg_, e.state_offset, exp_avg);
+  put(exp_avg_sq_, e.state_offset, exp_avg_sq);
+  put(max_exp_avg_sq_, e.state_offset, max_exp_avg_sq);
+  if (e.master_offset >= 0) put(master_, e.master_offset, master);
+  Impl::fence(exec_, label_ + "::set_state");  // the host arrays may die right after
+  registry_[i].step = step;
+}
+
+template <class ExecSpace>
 std::size_t FusedAdam<ExecSpace>::state_bytes() const {
   return sizeof(float) *
          (exp_avg_.span() + exp_avg_sq_.span() + max_exp_avg_sq_.span() + master_.span());

@@ -57,6 +57,8 @@ class OffloadEngine final : public Engine {
     return registry_[registry_.index_of(name)].step;
   }
   std::size_t state_bytes() const override;
+  void get_state(const std::string& name, HostParamState& out) override;
+  void set_state(const std::string& name, const HostParamState& in) override;
   const char* space_name() const override { return DeviceExec::name(); }
   const char* state_space_name() const override { return HostExec::name(); }
 

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <kopt/error.hpp>
 #include <kopt/impl/fused_adam_def.hpp>
 #include <kopt/impl/offload_engine.hpp>
@@ -345,6 +346,50 @@ template <class DeviceExec, class StateMem>
 void OffloadEngine<DeviceExec, StateMem>::reload_model_params() {
   ensure_state_();
   reload_(0);
+}
+
+// The state is host memory: plain copies. An f32 param's master is the param itself (it
+// is not in a checkpoint): set_state takes it from the param.
+template <class DeviceExec, class StateMem>
+void OffloadEngine<DeviceExec, StateMem>::get_state(const std::string& name, HostParamState& out) {
+  const std::size_t i = registry_.index_of(name);
+  ensure_state_();
+  const ParamEntry& e = registry_[i];
+  const auto n = static_cast<std::size_t>(e.param.numel);
+  const auto get = [&](const HostFloats& from, std::vector<float>& to) {
+    to.assign(from.extent(0) == 0 ? 0 : n, 0.0f);
+    if (!to.empty()) std::memcpy(to.data(), from.data() + e.state_offset, n * sizeof(float));
+  };
+  get(exp_avg_, out.exp_avg);
+  get(exp_avg_sq_, out.exp_avg_sq);
+  get(max_exp_avg_sq_, out.max_exp_avg_sq);
+  if (e.param.dtype == DType::f32)
+    out.master.clear();
+  else
+    get(master_, out.master);
+  out.step = e.step;
+}
+
+template <class DeviceExec, class StateMem>
+void OffloadEngine<DeviceExec, StateMem>::set_state(const std::string& name,
+                                                    const HostParamState& in) {
+  const std::size_t i = registry_.index_of(name);
+  ensure_state_();
+  const ParamEntry& e = registry_[i];
+  const auto n = static_cast<std::size_t>(e.param.numel);
+  const auto put = [&](const std::vector<float>& from, const HostFloats& to) {
+    if (!from.empty() && to.extent(0) > 0)
+      std::memcpy(to.data() + e.state_offset, from.data(), n * sizeof(float));
+  };
+  put(in.exp_avg, exp_avg_);
+  put(in.exp_avg_sq, exp_avg_sq_);
+  put(in.max_exp_avg_sq, max_exp_avg_sq_);
+  if (e.param.dtype == DType::f32)
+    copy_bytes(master_.data() + e.state_offset, MemorySpace::host, e.param.data, e.param.space,
+               n * sizeof(float));
+  else
+    put(in.master, master_);
+  registry_[i].step = in.step;
 }
 
 template <class DeviceExec, class StateMem>
