@@ -34,4 +34,12 @@ void LossScaler::update(bool grads_finite) {
   }
 }
 
+void LossScaler::restore(double scale, std::int64_t growth_tracker) {
+  KOPT_THROW_IF(!(std::isfinite(scale) && scale > 0) || growth_tracker < 0,
+                "kopt::LossScaler::restore(scale = " << scale << ", growth_tracker = "
+                                                     << growth_tracker << "): invalid");
+  scale_ = scale;
+  tracker_ = growth_tracker;
+}
+
 }  // namespace kopt

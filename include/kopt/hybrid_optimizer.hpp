@@ -6,6 +6,7 @@
 /// the host, and runs every engine's fused update with one grad_scale.
 
 #include <cstdint>
+#include <kopt/checkpoint.hpp>
 #include <kopt/loss_scaler.hpp>
 #include <kopt/offload_options.hpp>
 #include <kopt/param_group.hpp>
@@ -94,6 +95,19 @@ class HybridOptimizer {
   /// after loading model weights into the params). Waits for the copies.
   void reload_model_params();
 
+  /// Writes everything a bit-exact resume needs (group configs, per-param step counts,
+  /// moments, amsgrad max, fp32 masters of 16-bit params, loss-scaler state) into the
+  /// directory `path` (created if missing), keyed by param name and global offset. Atomic:
+  /// a crash leaves the previous checkpoint there loadable. Sharded: collective, each rank
+  /// writes its own data file and rank 0 the index. Throws kopt::CheckpointError.
+  void save(const std::string& path);
+  /// Reads a checkpoint written by save(), at any world size and from any placement or
+  /// grouping, checking everything (format, checksums, names, sizes, dtypes, configs)
+  /// before changing anything: on any mismatch it throws kopt::CheckpointError naming the
+  /// file, the param and what differs, and the optimizer is as before. Group configs are
+  /// taken from the file. Params are not touched: load the model weights separately.
+  void load(const std::string& path, const LoadOptions& options = {});
+
   /// The scale the training code multiplies its loss by (1 without loss scaling).
   double loss_scale() const;
   /// Completed updates of `name`.
@@ -117,6 +131,7 @@ class HybridOptimizer {
     std::size_t ordinal;  ///< registration order, across groups
   };
   const Placement& find_(const std::string& name) const;
+  Communicator& world_();  ///< the sharding communicator, or a world of one
 
   std::vector<ParamGroup> groups_;
   HybridOptions options_;

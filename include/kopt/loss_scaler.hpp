@@ -29,6 +29,9 @@ class LossScaler {
   std::int64_t growth_tracker() const { return tracker_; }
   /// Records the outcome of a step: finite grads (it ran) or not (it was skipped).
   void update(bool grads_finite);
+  /// Sets the scale and growth tracker (a checkpoint's); throws kopt::InvalidArgument
+  /// unless scale is finite and > 0 and tracker >= 0.
+  void restore(double scale, std::int64_t growth_tracker);
 
  private:
   LossScalerOptions options_;

@@ -44,6 +44,7 @@ class ShardPlan {
   /// What the reduced grads are divided by: the world size for an average, else 1.
   double grad_divisor() const;
   ZeroStage stage() const { return options_.stage; }
+  Communicator& communicator() const { return *options_.communicator; }
 
  private:
   struct Param {

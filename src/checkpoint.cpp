@@ -1,0 +1,266 @@
+// HybridOptimizer::save and ::load (format: docs/checkpoint-format.md). Load reads and checks
+// everything, on every rank, before any rank changes anything.
+#include <filesystem>
+#include <kopt/error.hpp>
+#include <kopt/hybrid_optimizer.hpp>
+#include <kopt/impl/checkpoint_format.hpp>
+#include <kopt/impl/engine.hpp>
+#include <kopt/impl/shard_plan.hpp>
+#include <limits>
+#include <map>
+#include <random>
+
+namespace kopt {
+
+namespace {
+namespace fs = std::filesystem;
+
+// Every rank's flag; throws on every rank when one failed, with that rank's message there.
+void agree(Communicator& comm, const std::string& error, const std::string& what) {
+  const unsigned char mine = error.empty() ? 0 : 1;
+  std::vector<unsigned char> all(static_cast<std::size_t>(comm.size()));
+  comm.all_gather_bytes(&mine, all.data(), std::vector<std::size_t>(all.size(), 1));
+  KOPT_THROW_IF_AS(CheckpointError, !error.empty(), error);
+  for (std::size_t r = 0; r < all.size(); ++r)
+    KOPT_THROW_IF_AS(CheckpointError, all[r] != 0, what << " failed on rank " << r);
+}
+
+// Every rank's bytes, one buffer per rank.
+std::vector<std::vector<unsigned char>> gather(Communicator& comm,
+                                               const std::vector<unsigned char>& mine) {
+  const auto world = static_cast<std::size_t>(comm.size());
+  const std::uint64_t n = mine.size();
+  std::vector<std::uint64_t> sizes(world);
+  comm.all_gather_bytes(&n, sizes.data(), std::vector<std::size_t>(world, sizeof(n)));
+  std::vector<std::size_t> bytes(sizes.begin(), sizes.end());
+  std::vector<unsigned char> all;
+  std::size_t total = 0;
+  for (const std::size_t b : bytes) total += b;
+  all.resize(total);
+  comm.all_gather_bytes(mine.data(), all.data(), bytes);
+  std::vector<std::vector<unsigned char>> out;
+  std::size_t at = 0;
+  for (const std::size_t b : bytes) {
+    out.emplace_back(all.begin() + static_cast<std::ptrdiff_t>(at),
+                     all.begin() + static_cast<std::ptrdiff_t>(at + b));
+    at += b;
+  }
+  return out;
+}
+
+std::int64_t global_numel(const Tensor& t) { return t.is_shard() ? t.global_numel : t.numel; }
+constexpr std::size_t kNone = std::numeric_limits<std::size_t>::max();  // no engine here
+}  // namespace
+
+Communicator& HybridOptimizer::world_() {
+  static SingleProcessCommunicator one;  // stateless
+  return shards_ ? shards_->communicator() : one;
+}
+
+void HybridOptimizer::save(const std::string& path) {
+  Communicator& comm = world_();
+  const auto rank = static_cast<std::uint32_t>(comm.rank());
+  for (const auto& engine : engines_) engine->fence();
+  // Rank 0 draws the generation that names this save's data files.
+  std::uint64_t generation = std::random_device{}() ^ (std::uint64_t{std::random_device{}()} << 32);
+  std::vector<std::uint64_t> drawn(static_cast<std::size_t>(comm.size()));
+  comm.all_gather_bytes(&generation, drawn.data(), std::vector<std::size_t>(drawn.size(), 8));
+  generation = drawn[0];
+
+  Impl::Index index;
+  index.generation = generation;
+  index.world_size = static_cast<std::uint32_t>(comm.size());
+  index.has_scaler = scaler_.has_value();
+  index.scale = loss_scale();
+  index.growth_tracker = scaler_ ? scaler_->growth_tracker() : 0;
+  std::vector<unsigned char> data = Impl::data_file_header(generation, rank);
+  std::vector<Impl::IndexBlock> blocks;
+  Impl::HostParamState state;
+  std::string error;
+  try {
+    fs::create_directories(path);
+    for (std::size_t g = 0; g < groups_.size(); ++g) index.groups.push_back(groups_[g].config());
+    for (std::size_t g = 0; g < groups_.size(); ++g)
+      for (const ParamSpec& p : groups_[g].params()) {
+        const Placement& at = find_(p.name);
+        const bool has_max = groups_[g].config().amsgrad;
+        const bool has_master = p.param.dtype != DType::f32;
+        index.params.push_back(Impl::IndexParam{p.name, static_cast<std::uint32_t>(g), p.param.dtype,
+                                                global_numel(p.param), step_count(p.name),
+                                                has_max, has_master});
+        if (at.engine == kNone) continue;
+        const Tensor piece = shards_ ? shards_->local_param(at.ordinal) : p.param;
+        engines_[at.engine]->get_state(p.name, state);
+        const std::size_t first = data.size();
+        const auto n = static_cast<std::size_t>(piece.numel);
+        Impl::append_floats(data, state.exp_avg.data(), n);
+        Impl::append_floats(data, state.exp_avg_sq.data(), n);
+        if (has_max) Impl::append_floats(data, state.max_exp_avg_sq.data(), n);
+        if (has_master) Impl::append_floats(data, state.master.data(), n);
+        blocks.push_back(Impl::IndexBlock{
+            static_cast<std::uint32_t>(index.params.size() - 1), piece.global_offset, piece.numel,
+            rank, first, data.size() - first, Impl::crc32c(data.data() + first, data.size() - first)});
+      }
+    Impl::write_file_atomically((fs::path(path) / Impl::data_file_name(generation, rank)).string(),
+                                data);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  agree(comm, error, "kopt::HybridOptimizer::save of " + path);
+  // Rank 0 writes the index only once every data file is in place: until its rename the
+  // previous checkpoint (index and data files) stays whole.
+  const auto all_blocks = gather(comm, Impl::serialize_blocks(blocks));
+  if (rank == 0) {
+    try {
+      for (const auto& b : all_blocks) {
+        const auto list = Impl::parse_blocks(b.data(), b.size());
+        index.blocks.insert(index.blocks.end(), list.begin(), list.end());
+      }
+      Impl::write_file_atomically((fs::path(path) / Impl::kIndexName).string(),
+                                  Impl::serialize_index(index));
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  agree(comm, error, "kopt::HybridOptimizer::save of " + path);
+  if (rank == 0) {  // what the new index no longer names: older data files, torn temporaries
+    const std::string keep = Impl::data_file_name(generation, 0).substr(0, 22);
+    std::error_code ec;
+    for (const auto& f : fs::directory_iterator(path, ec)) {
+      const std::string name = f.path().filename().string();
+      const bool old_data = name.rfind("data-", 0) == 0 && name.rfind(keep, 0) != 0;
+      if (old_data || name.find(".kopt.tmp.") != std::string::npos) fs::remove(f.path(), ec);
+    }
+  }
+}
+
+namespace {
+// The state of elements [offset, offset + n) of one param, assembled from the blocks that
+// cover them (written at any world size); each block is read whole and its checksum checked.
+struct BlockReader {
+  std::string dir;
+  const Impl::Index& index;
+  std::map<std::uint32_t, bool> checked_header;
+
+  std::vector<unsigned char> read(const Impl::IndexBlock& b) {
+    const std::string file = (fs::path(dir) / Impl::data_file_name(index.generation, b.rank)).string();
+    if (!checked_header[b.rank]) {
+      const auto head = Impl::read_file_range(file, 0, Impl::kDataHeaderBytes);
+      Impl::check_data_header(head.data(), head.size(), index.generation, b.rank, file);
+      checked_header[b.rank] = true;
+    }
+    auto bytes = Impl::read_file_range(file, b.file_offset, b.bytes);
+    KOPT_THROW_IF_AS(CheckpointError, Impl::crc32c(bytes.data(), bytes.size()) != b.crc,
+                     file << ": checksum mismatch in the data of '"
+                          << index.params[b.param].name << "' (corrupt file)");
+    return bytes;
+  }
+
+  void assemble(std::uint32_t param, std::int64_t offset, std::int64_t n,
+                Impl::HostParamState& out) {
+    const Impl::IndexParam& p = index.params[param];
+    const auto count = static_cast<std::size_t>(n);
+    for (auto* v : {&out.exp_avg, &out.exp_avg_sq}) v->assign(count, 0.0f);
+    out.max_exp_avg_sq.assign(p.has_max ? count : 0, 0.0f);
+    out.master.assign(p.has_master ? count : 0, 0.0f);
+    out.step = p.step;
+    std::int64_t covered = 0;
+    for (const Impl::IndexBlock& b : index.blocks) {
+      if (b.param != param) continue;
+      const std::int64_t lo = std::max(offset, b.global_offset);
+      const std::int64_t hi = std::min(offset + n, b.global_offset + b.length);
+      if (lo >= hi) continue;
+      const std::vector<unsigned char> bytes = read(b);
+      const auto len = static_cast<std::size_t>(b.length);
+      const auto skip = static_cast<std::size_t>(lo - b.global_offset) * 4;
+      std::size_t array = 0;
+      for (auto* v : {&out.exp_avg, &out.exp_avg_sq, &out.max_exp_avg_sq, &out.master}) {
+        if (v->empty()) continue;
+        Impl::read_floats(bytes.data() + array * len * 4 + skip,
+                          v->data() + static_cast<std::size_t>(lo - offset),
+                          static_cast<std::size_t>(hi - lo));
+        ++array;
+      }
+      covered += hi - lo;
+    }
+    KOPT_THROW_IF_AS(CheckpointError, covered != n,
+                     dir << ": the state of '" << p.name << "' elements " << offset << " to "
+                         << offset + n << " is not (exactly once) in the checkpoint");
+  }
+};
+}  // namespace
+
+void HybridOptimizer::load(const std::string& path, const LoadOptions& options) {
+  Communicator& comm = world_();
+  const std::string index_file = (fs::path(path) / Impl::kIndexName).string();
+  std::vector<AdamConfig> configs(groups_.size());
+  std::vector<bool> config_found(groups_.size(), false);
+  std::vector<std::int64_t> steps(norm_by_param_.size(), -1);  // -1: not in the file
+  std::vector<std::pair<std::size_t, Impl::HostParamState>> states;  // by ordinal
+  Impl::Index index;
+  std::string error;
+  try {
+    index = Impl::parse_index(Impl::read_file(index_file), index_file);
+    std::map<std::string, std::uint32_t> in_file;
+    for (std::uint32_t i = 0; i < index.params.size(); ++i)
+      KOPT_THROW_IF_AS(CheckpointError, !in_file.emplace(index.params[i].name, i).second,
+                       index_file << ": param '" << index.params[i].name << "' appears twice");
+    std::size_t known = 0;
+    BlockReader reader{path, index, {}};
+    for (std::size_t g = 0; g < groups_.size(); ++g)
+      for (const ParamSpec& p : groups_[g].params()) {
+        const Placement& at = find_(p.name);
+        const auto it = in_file.find(p.name);
+        if (it == in_file.end()) {
+          KOPT_THROW_IF_AS(CheckpointError, !options.partial,
+                           index_file << ": has no param '" << p.name
+                                      << "' (LoadOptions::partial keeps fresh state for it)");
+          continue;
+        }
+        ++known;
+        const Impl::IndexParam& q = index.params[it->second];
+        KOPT_THROW_IF_AS(CheckpointError, q.dtype != p.param.dtype || q.global_numel != global_numel(p.param),
+                         index_file << ": param '" << p.name << "' was saved as "
+                                    << name_of(q.dtype) << "[" << q.global_numel << "], it is "
+                                    << name_of(p.param.dtype) << "[" << global_numel(p.param) << "]");
+        const AdamConfig& saved = index.groups[q.group];
+        KOPT_THROW_IF_AS(CheckpointError, config_found[g] && !(configs[g] == saved),
+                         index_file << ": group " << g << " holds params saved with different "
+                                    << "configs ('" << p.name << "' and an earlier one)");
+        configs[g] = saved;
+        config_found[g] = true;
+        steps[at.ordinal] = q.step;
+        if (at.engine == kNone) continue;
+        const Tensor piece = shards_ ? shards_->local_param(at.ordinal) : p.param;
+        states.emplace_back(at.ordinal, Impl::HostParamState{});
+        reader.assemble(it->second, piece.global_offset, piece.numel, states.back().second);
+      }
+    KOPT_THROW_IF_AS(CheckpointError, !options.partial && known != index.params.size(),
+                     index_file << ": holds " << index.params.size() - known
+                                << " params this optimizer does not have (LoadOptions::partial "
+                                << "ignores them)");
+    for (std::size_t g = 0; g < groups_.size(); ++g)
+      if (config_found[g]) configs[g].validate();
+    if (index.has_scaler && scaler_) LossScaler(*options_.loss_scaling).restore(index.scale, index.growth_tracker);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  agree(comm, error, "kopt::HybridOptimizer::load of " + path);
+
+  // Everything is checked on every rank: apply.
+  for (std::size_t g = 0; g < groups_.size(); ++g)
+    if (config_found[g]) groups_[g].config() = configs[g];
+  for (std::size_t e = 0; e < engines_.size(); ++e)
+    for (std::size_t g = 0; g < groups_.size(); ++g)
+      if (engine_group_[e][g] != kNone) engines_[e]->config(engine_group_[e][g]) = groups_[g].config();
+  std::vector<std::string> names(norm_by_param_.size());
+  for (const auto& [name, at] : where_) names[at.ordinal] = name;
+  for (const auto& [ordinal, state] : states)
+    engines_[where_.at(names[ordinal]).engine]->set_state(names[ordinal], state);
+  if (shards_)
+    for (std::size_t i = 0; i < steps.size(); ++i)
+      if (steps[i] >= 0) sharded_steps_[i] = steps[i];
+  if (index.has_scaler && scaler_) scaler_->restore(index.scale, index.growth_tracker);
+}
+
+}  // namespace kopt

@@ -1,0 +1,356 @@
+// The checkpoint format's bytes: checksums, little-endian records, atomic files.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <array>
+#include <atomic>
+#include <bit>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <kopt/error.hpp>
+#include <kopt/impl/checkpoint_format.hpp>
+
+namespace kopt::Impl {
+
+namespace {
+
+constexpr char kIndexMagic[8] = {'K', 'O', 'P', 'T', 'I', 'N', 'D', 'X'};
+constexpr char kDataMagic[8] = {'K', 'O', 'P', 'T', 'D', 'A', 'T', 'A'};
+constexpr std::size_t kIndexHeaderBytes = 32;
+
+std::atomic<std::int64_t> fail_after{-1};
+
+constexpr std::array<std::uint32_t, 256> crc_table() {
+  std::array<std::uint32_t, 256> t{};
+  for (std::uint32_t i = 0; i < 256; ++i) {
+    std::uint32_t c = i;
+    for (int k = 0; k < 8; ++k) c = (c & 1) ? (c >> 1) ^ 0x82F63B78u : c >> 1;
+    t[i] = c;
+  }
+  return t;
+}
+constexpr auto kCrcTable = crc_table();
+
+// Little-endian records.
+struct Writer {
+  std::vector<unsigned char> out;
+  template <class T>
+  void put(T v) {
+    std::uint64_t bits = 0;
+    std::memcpy(&bits, &v, sizeof(T));
+    for (std::size_t k = 0; k < sizeof(T); ++k) out.push_back(static_cast<unsigned char>(bits >> (8 * k)));
+  }
+  void put_string(const std::string& s) {
+    put(static_cast<std::uint32_t>(s.size()));
+    out.insert(out.end(), s.begin(), s.end());
+  }
+};
+
+struct Reader {
+  const unsigned char* data;
+  std::size_t size, at = 0;
+  std::string file;
+  void need(std::size_t n) const {
+    KOPT_THROW_IF_AS(CheckpointError, n > size - at,
+                     file << ": truncated or corrupt metadata (needs " << n << " bytes at byte "
+                          << at << " of " << size << ")");
+  }
+  template <class T>
+  T get() {
+    need(sizeof(T));
+    std::uint64_t bits = 0;
+    for (std::size_t k = 0; k < sizeof(T); ++k) bits |= std::uint64_t{data[at + k]} << (8 * k);
+    at += sizeof(T);
+    T v;
+    std::memcpy(&v, &bits, sizeof(T));
+    return v;
+  }
+  std::string get_string() {
+    const auto n = get<std::uint32_t>();
+    need(n);
+    std::string s(reinterpret_cast<const char*>(data + at), n);
+    at += n;
+    return s;
+  }
+};
+
+void put_config(Writer& w, const AdamConfig& c) {
+  for (const double x : {c.lr, c.beta1, c.beta2, c.eps, c.weight_decay}) w.put(x);
+  for (const bool b : {c.decoupled, c.amsgrad, c.bias_correction, c.maximize})
+    w.put(static_cast<std::uint8_t>(b));
+}
+
+AdamConfig get_config(Reader& r) {
+  AdamConfig c;
+  for (double* x : {&c.lr, &c.beta1, &c.beta2, &c.eps, &c.weight_decay}) *x = r.get<double>();
+  for (bool* b : {&c.decoupled, &c.amsgrad, &c.bias_correction, &c.maximize})
+    *b = r.get<std::uint8_t>() != 0;
+  return c;
+}
+
+void put_block(Writer& w, const IndexBlock& b) {
+  w.put(b.param);
+  w.put(b.global_offset);
+  w.put(b.length);
+  w.put(b.rank);
+  w.put(b.file_offset);
+  w.put(b.bytes);
+  w.put(b.crc);
+}
+
+IndexBlock get_block(Reader& r) {
+  IndexBlock b;
+  b.param = r.get<std::uint32_t>();
+  b.global_offset = r.get<std::int64_t>();
+  b.length = r.get<std::int64_t>();
+  b.rank = r.get<std::uint32_t>();
+  b.file_offset = r.get<std::uint64_t>();
+  b.bytes = r.get<std::uint64_t>();
+  b.crc = r.get<std::uint32_t>();
+  return b;
+}
+
+[[noreturn]] void io_error(const std::string& what, const std::string& path) {
+  KOPT_THROW_IF_AS(CheckpointError, true, path << ": " << what << ": " << std::strerror(errno));
+}
+
+}  // namespace
+
+std::uint32_t crc32c(const void* data, std::size_t bytes, std::uint32_t crc) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  crc = ~crc;
+  for (std::size_t i = 0; i < bytes; ++i) crc = kCrcTable[(crc ^ p[i]) & 0xFFu] ^ (crc >> 8);
+  return ~crc;
+}
+
+std::vector<unsigned char> serialize_blocks(const std::vector<IndexBlock>& blocks) {
+  Writer w;
+  w.put(static_cast<std::uint64_t>(blocks.size()));
+  for (const IndexBlock& b : blocks) put_block(w, b);
+  return w.out;
+}
+
+std::vector<IndexBlock> parse_blocks(const unsigned char* data, std::size_t bytes) {
+  Reader r{data, bytes, 0, "block list"};
+  std::vector<IndexBlock> out(r.get<std::uint64_t>());
+  for (IndexBlock& b : out) b = get_block(r);
+  return out;
+}
+
+std::vector<unsigned char> serialize_index(const Index& index) {
+  Writer body;
+  body.put(index.generation);
+  body.put(index.world_size);
+  body.put(static_cast<std::uint8_t>(index.has_scaler));
+  body.put(index.scale);
+  body.put(index.growth_tracker);
+  body.put(static_cast<std::uint32_t>(index.groups.size()));
+  for (const AdamConfig& c : index.groups) put_config(body, c);
+  body.put(static_cast<std::uint32_t>(index.params.size()));
+  for (const IndexParam& p : index.params) {
+    body.put_string(p.name);
+    body.put(p.group);
+    body.put(static_cast<std::uint8_t>(p.dtype));
+    body.put(p.global_numel);
+    body.put(p.step);
+    body.put(static_cast<std::uint8_t>(p.has_max));
+    body.put(static_cast<std::uint8_t>(p.has_master));
+  }
+  const std::vector<unsigned char> blocks = serialize_blocks(index.blocks);
+  body.out.insert(body.out.end(), blocks.begin(), blocks.end());
+  Writer head;
+  for (const char c : kIndexMagic) head.put(static_cast<std::uint8_t>(c));
+  head.put(kCheckpointVersion);
+  head.put(std::uint32_t{0});  // flags
+  head.put(static_cast<std::uint64_t>(body.out.size()));
+  head.put(crc32c(body.out.data(), body.out.size()));
+  head.put(crc32c(head.out.data(), head.out.size()));  // over the 28 bytes before it
+  head.out.insert(head.out.end(), body.out.begin(), body.out.end());
+  return head.out;
+}
+
+Index parse_index(const std::vector<unsigned char>& bytes, const std::string& file) {
+  Reader h{bytes.data(), bytes.size(), 0, file};
+  h.need(kIndexHeaderBytes);
+  KOPT_THROW_IF_AS(CheckpointError, std::memcmp(bytes.data(), kIndexMagic, 8) != 0,
+                   file << ": not a kopt checkpoint index (bad magic)");
+  h.at = 8;
+  const auto version = h.get<std::uint32_t>();
+  h.get<std::uint32_t>();
+  const auto body_len = h.get<std::uint64_t>();
+  const auto body_crc = h.get<std::uint32_t>();
+  const auto head_crc = h.get<std::uint32_t>();
+  KOPT_THROW_IF_AS(CheckpointError, head_crc != crc32c(bytes.data(), 28),
+                   file << ": header checksum mismatch (corrupt file)");
+  KOPT_THROW_IF_AS(CheckpointError, version != kCheckpointVersion,
+                   file << ": format version " << version << "; this kopt reads version "
+                        << kCheckpointVersion);
+  KOPT_THROW_IF_AS(CheckpointError, body_len != bytes.size() - kIndexHeaderBytes,
+                   file << ": " << bytes.size() - kIndexHeaderBytes << " bytes of metadata, the "
+                        << "header says " << body_len << " (truncated file?)");
+  KOPT_THROW_IF_AS(CheckpointError,
+                   body_crc != crc32c(bytes.data() + kIndexHeaderBytes, body_len),
+                   file << ": metadata checksum mismatch (corrupt file)");
+  Reader r{bytes.data() + kIndexHeaderBytes, body_len, 0, file};
+  Index index;
+  index.generation = r.get<std::uint64_t>();
+  index.world_size = r.get<std::uint32_t>();
+  index.has_scaler = r.get<std::uint8_t>() != 0;
+  index.scale = r.get<double>();
+  index.growth_tracker = r.get<std::int64_t>();
+  const auto groups = r.get<std::uint32_t>();
+  r.need(std::size_t{groups} * 44);  // the bytes of a config
+  for (std::uint32_t g = 0; g < groups; ++g) index.groups.push_back(get_config(r));
+  const auto params = r.get<std::uint32_t>();
+  r.need(std::size_t{params} * 28);  // the fewest bytes of a param (a 1-character name)
+  for (std::uint32_t p = 0; p < params; ++p) {
+    IndexParam q;
+    q.name = r.get_string();
+    q.group = r.get<std::uint32_t>();
+    const auto dtype = r.get<std::uint8_t>();
+    q.global_numel = r.get<std::int64_t>();
+    q.step = r.get<std::int64_t>();
+    q.has_max = r.get<std::uint8_t>() != 0;
+    q.has_master = r.get<std::uint8_t>() != 0;
+    KOPT_THROW_IF_AS(CheckpointError,
+                     q.group >= groups || dtype > static_cast<std::uint8_t>(DType::f16) ||
+                         q.global_numel < 0 || q.step < 0,
+                     file << ": param '" << q.name << "' has invalid metadata");
+    q.dtype = static_cast<DType>(dtype);
+    index.params.push_back(std::move(q));
+  }
+  const auto blocks = r.get<std::uint64_t>();
+  KOPT_THROW_IF_AS(CheckpointError, blocks > (r.size - r.at) / 44,  // 44 bytes per block
+                   file << ": truncated or corrupt metadata (" << blocks << " blocks)");
+  for (std::uint64_t b = 0; b < blocks; ++b) {
+    const IndexBlock k = get_block(r);
+    const bool bad_param = k.param >= index.params.size();
+    const IndexParam* p = bad_param ? nullptr : &index.params[k.param];
+    const std::uint64_t arrays = p ? 2u + p->has_max + p->has_master : 0;
+    KOPT_THROW_IF_AS(CheckpointError,
+                     bad_param || k.length < 0 || k.global_offset < 0 ||
+                         k.global_offset > p->global_numel - k.length ||
+                         k.rank >= index.world_size ||
+                         k.bytes != arrays * 4 * static_cast<std::uint64_t>(k.length),
+                     file << ": data block " << b << " has an invalid range");
+    index.blocks.push_back(k);
+  }
+  KOPT_THROW_IF_AS(CheckpointError, r.at != r.size, file << ": trailing bytes after the metadata");
+  return index;
+}
+
+std::string data_file_name(std::uint64_t generation, std::uint32_t rank) {
+  char name[64];
+  std::snprintf(name, sizeof(name), "data-%016llx-r%u.kopt",
+                static_cast<unsigned long long>(generation), rank);
+  return name;
+}
+
+std::vector<unsigned char> data_file_header(std::uint64_t generation, std::uint32_t rank) {
+  Writer w;
+  for (const char c : kDataMagic) w.put(static_cast<std::uint8_t>(c));
+  w.put(kCheckpointVersion);
+  w.put(rank);
+  w.put(generation);
+  w.put(std::uint64_t{0});
+  return w.out;
+}
+
+void check_data_header(const unsigned char* data, std::size_t bytes, std::uint64_t generation,
+                       std::uint32_t rank, const std::string& file) {
+  const std::vector<unsigned char> expected = data_file_header(generation, rank);
+  KOPT_THROW_IF_AS(CheckpointError,
+                   bytes < kDataHeaderBytes || std::memcmp(data, expected.data(), kDataHeaderBytes) != 0,
+                   file << ": not the data file of this checkpoint (bad header)");
+}
+
+void append_floats(std::vector<unsigned char>& out, const float* values, std::size_t n) {
+  const std::size_t at = out.size();
+  out.resize(at + 4 * n);
+  if constexpr (std::endian::native == std::endian::little) {
+    if (n > 0) std::memcpy(out.data() + at, values, 4 * n);
+  } else {
+    for (std::size_t i = 0; i < n; ++i) {
+      std::uint32_t b;
+      std::memcpy(&b, values + i, 4);
+      for (int k = 0; k < 4; ++k) out[at + 4 * i + k] = static_cast<unsigned char>(b >> (8 * k));
+    }
+  }
+}
+
+void read_floats(const unsigned char* in, float* values, std::size_t n) {
+  if constexpr (std::endian::native == std::endian::little) {
+    if (n > 0) std::memcpy(values, in, 4 * n);
+  } else {
+    for (std::size_t i = 0; i < n; ++i) {
+      std::uint32_t b = 0;
+      for (int k = 0; k < 4; ++k) b |= std::uint32_t{in[4 * i + k]} << (8 * k);
+      std::memcpy(values + i, &b, 4);
+    }
+  }
+}
+
+void set_checkpoint_write_failure_after(std::int64_t bytes) { fail_after = bytes; }
+
+void write_file_atomically(const std::string& path, const std::vector<unsigned char>& bytes) {
+  const std::filesystem::path target(path);
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) io_error("cannot create " + tmp, path);
+  std::size_t done = 0;
+  while (done < bytes.size()) {
+    std::size_t n = std::min<std::size_t>(bytes.size() - done, std::size_t{1} << 24);
+    const std::int64_t budget = fail_after.load();
+    if (budget >= 0 && static_cast<std::int64_t>(n) > budget) {  // test hook: a crash here
+      if (budget > 0) (void)::write(fd, bytes.data() + done, static_cast<std::size_t>(budget));
+      fail_after = 0;
+      ::close(fd);
+      errno = EIO;
+      io_error("write failed (injected)", path);
+    }
+    if (budget >= 0) fail_after = budget - static_cast<std::int64_t>(n);
+    const ssize_t w = ::write(fd, bytes.data() + done, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0) {
+      ::close(fd);
+      io_error("write failed", path);
+    }
+    done += static_cast<std::size_t>(w);
+  }
+  if (::fsync(fd) != 0) {
+    ::close(fd);
+    io_error("fsync failed", path);
+  }
+  if (::close(fd) != 0) io_error("close failed", path);
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) io_error("rename failed", path);
+  const std::string dir = target.has_parent_path() ? target.parent_path().string() : ".";
+  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {  // make the rename itself durable
+    ::fsync(dfd);
+    ::close(dfd);
+  }
+}
+
+std::vector<unsigned char> read_file(const std::string& path) {
+  std::error_code ec;
+  const auto size = std::filesystem::file_size(path, ec);
+  KOPT_THROW_IF_AS(CheckpointError, ec, path << ": cannot read: " << ec.message());
+  return read_file_range(path, 0, size);
+}
+
+std::vector<unsigned char> read_file_range(const std::string& path, std::uint64_t offset,
+                                           std::uint64_t n) {
+  std::ifstream in(path, std::ios::binary);
+  KOPT_THROW_IF_AS(CheckpointError, !in, path << ": cannot open: " << std::strerror(errno));
+  std::vector<unsigned char> out(n);
+  in.seekg(static_cast<std::streamoff>(offset));
+  in.read(reinterpret_cast<char*>(out.data()), static_cast<std::streamsize>(n));
+  KOPT_THROW_IF_AS(CheckpointError, !in || static_cast<std::uint64_t>(in.gcount()) != n,
+                   path << ": truncated (needs bytes " << offset << " to " << offset + n << ")");
+  return out;
+}
+
+}  // namespace kopt::Impl
