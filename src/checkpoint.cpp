@@ -85,9 +85,9 @@ void HybridOptimizer::save(const std::string& path) {
         const Placement& at = find_(p.name);
         const bool has_max = groups_[g].config().amsgrad;
         const bool has_master = p.param.dtype != DType::f32;
-        index.params.push_back(Impl::IndexParam{p.name, static_cast<std::uint32_t>(g), p.param.dtype,
-                                                global_numel(p.param), step_count(p.name),
-                                                has_max, has_master});
+        index.params.push_back(Impl::IndexParam{p.name, static_cast<std::uint32_t>(g),
+                                                p.param.dtype, global_numel(p.param),
+                                                step_count(p.name), has_max, has_master});
         if (at.engine == kNone) continue;
         const Tensor piece = shards_ ? shards_->local_param(at.ordinal) : p.param;
         engines_[at.engine]->get_state(p.name, state);
@@ -97,9 +97,10 @@ void HybridOptimizer::save(const std::string& path) {
         Impl::append_floats(data, state.exp_avg_sq.data(), n);
         if (has_max) Impl::append_floats(data, state.max_exp_avg_sq.data(), n);
         if (has_master) Impl::append_floats(data, state.master.data(), n);
-        blocks.push_back(Impl::IndexBlock{
-            static_cast<std::uint32_t>(index.params.size() - 1), piece.global_offset, piece.numel,
-            rank, first, data.size() - first, Impl::crc32c(data.data() + first, data.size() - first)});
+        blocks.push_back(Impl::IndexBlock{static_cast<std::uint32_t>(index.params.size() - 1),
+                                          piece.global_offset, piece.numel, rank, first,
+                                          data.size() - first,
+                                          Impl::crc32c(data.data() + first, data.size() - first)});
       }
     Impl::write_file_atomically((fs::path(path) / Impl::data_file_name(generation, rank)).string(),
                                 data);
@@ -143,7 +144,8 @@ struct BlockReader {
   std::map<std::uint32_t, bool> checked_header;
 
   std::vector<unsigned char> read(const Impl::IndexBlock& b) {
-    const std::string file = (fs::path(dir) / Impl::data_file_name(index.generation, b.rank)).string();
+    const std::string file =
+        (fs::path(dir) / Impl::data_file_name(index.generation, b.rank)).string();
     if (!checked_header[b.rank]) {
       const auto head = Impl::read_file_range(file, 0, Impl::kDataHeaderBytes);
       Impl::check_data_header(head.data(), head.size(), index.generation, b.rank, file);
@@ -151,8 +153,8 @@ struct BlockReader {
     }
     auto bytes = Impl::read_file_range(file, b.file_offset, b.bytes);
     KOPT_THROW_IF_AS(CheckpointError, Impl::crc32c(bytes.data(), bytes.size()) != b.crc,
-                     file << ": checksum mismatch in the data of '"
-                          << index.params[b.param].name << "' (corrupt file)");
+                     file << ": checksum mismatch in the data of '" << index.params[b.param].name
+                          << "' (corrupt file)");
     return bytes;
   }
 
@@ -195,7 +197,7 @@ void HybridOptimizer::load(const std::string& path, const LoadOptions& options) 
   const std::string index_file = (fs::path(path) / Impl::kIndexName).string();
   std::vector<AdamConfig> configs(groups_.size());
   std::vector<bool> config_found(groups_.size(), false);
-  std::vector<std::int64_t> steps(norm_by_param_.size(), -1);  // -1: not in the file
+  std::vector<std::int64_t> steps(norm_by_param_.size(), -1);        // -1: not in the file
   std::vector<std::pair<std::size_t, Impl::HostParamState>> states;  // by ordinal
   Impl::Index index;
   std::string error;
@@ -219,10 +221,11 @@ void HybridOptimizer::load(const std::string& path, const LoadOptions& options) 
         }
         ++known;
         const Impl::IndexParam& q = index.params[it->second];
-        KOPT_THROW_IF_AS(CheckpointError, q.dtype != p.param.dtype || q.global_numel != global_numel(p.param),
-                         index_file << ": param '" << p.name << "' was saved as "
-                                    << name_of(q.dtype) << "[" << q.global_numel << "], it is "
-                                    << name_of(p.param.dtype) << "[" << global_numel(p.param) << "]");
+        KOPT_THROW_IF_AS(
+            CheckpointError, q.dtype != p.param.dtype || q.global_numel != global_numel(p.param),
+            index_file << ": param '" << p.name << "' was saved as " << name_of(q.dtype) << "["
+                       << q.global_numel << "], it is " << name_of(p.param.dtype) << "["
+                       << global_numel(p.param) << "]");
         const AdamConfig& saved = index.groups[q.group];
         KOPT_THROW_IF_AS(CheckpointError, config_found[g] && !(configs[g] == saved),
                          index_file << ": group " << g << " holds params saved with different "
@@ -241,7 +244,8 @@ void HybridOptimizer::load(const std::string& path, const LoadOptions& options) 
                                 << "ignores them)");
     for (std::size_t g = 0; g < groups_.size(); ++g)
       if (config_found[g]) configs[g].validate();
-    if (index.has_scaler && scaler_) LossScaler(*options_.loss_scaling).restore(index.scale, index.growth_tracker);
+    if (index.has_scaler && scaler_)
+      LossScaler(*options_.loss_scaling).restore(index.scale, index.growth_tracker);
   } catch (const std::exception& e) {
     error = e.what();
   }
@@ -252,7 +256,8 @@ void HybridOptimizer::load(const std::string& path, const LoadOptions& options) 
     if (config_found[g]) groups_[g].config() = configs[g];
   for (std::size_t e = 0; e < engines_.size(); ++e)
     for (std::size_t g = 0; g < groups_.size(); ++g)
-      if (engine_group_[e][g] != kNone) engines_[e]->config(engine_group_[e][g]) = groups_[g].config();
+      if (engine_group_[e][g] != kNone)
+        engines_[e]->config(engine_group_[e][g]) = groups_[g].config();
   std::vector<std::string> names(norm_by_param_.size());
   for (const auto& [name, at] : where_) names[at.ordinal] = name;
   for (const auto& [ordinal, state] : states)

@@ -41,7 +41,8 @@ struct Writer {
   void put(T v) {
     std::uint64_t bits = 0;
     std::memcpy(&bits, &v, sizeof(T));
-    for (std::size_t k = 0; k < sizeof(T); ++k) out.push_back(static_cast<unsigned char>(bits >> (8 * k)));
+    for (std::size_t k = 0; k < sizeof(T); ++k)
+      out.push_back(static_cast<unsigned char>(bits >> (8 * k)));
   }
   void put_string(const std::string& s) {
     put(static_cast<std::uint32_t>(s.size()));
@@ -185,14 +186,13 @@ Index parse_index(const std::vector<unsigned char>& bytes, const std::string& fi
   const auto head_crc = h.get<std::uint32_t>();
   KOPT_THROW_IF_AS(CheckpointError, head_crc != crc32c(bytes.data(), 28),
                    file << ": header checksum mismatch (corrupt file)");
-  KOPT_THROW_IF_AS(CheckpointError, version != kCheckpointVersion,
-                   file << ": format version " << version << "; this kopt reads version "
-                        << kCheckpointVersion);
+  KOPT_THROW_IF_AS(
+      CheckpointError, version != kCheckpointVersion,
+      file << ": format version " << version << "; this kopt reads version " << kCheckpointVersion);
   KOPT_THROW_IF_AS(CheckpointError, body_len != bytes.size() - kIndexHeaderBytes,
                    file << ": " << bytes.size() - kIndexHeaderBytes << " bytes of metadata, the "
                         << "header says " << body_len << " (truncated file?)");
-  KOPT_THROW_IF_AS(CheckpointError,
-                   body_crc != crc32c(bytes.data() + kIndexHeaderBytes, body_len),
+  KOPT_THROW_IF_AS(CheckpointError, body_crc != crc32c(bytes.data() + kIndexHeaderBytes, body_len),
                    file << ": metadata checksum mismatch (corrupt file)");
   Reader r{bytes.data() + kIndexHeaderBytes, body_len, 0, file};
   Index index;
@@ -262,9 +262,10 @@ std::vector<unsigned char> data_file_header(std::uint64_t generation, std::uint3
 void check_data_header(const unsigned char* data, std::size_t bytes, std::uint64_t generation,
                        std::uint32_t rank, const std::string& file) {
   const std::vector<unsigned char> expected = data_file_header(generation, rank);
-  KOPT_THROW_IF_AS(CheckpointError,
-                   bytes < kDataHeaderBytes || std::memcmp(data, expected.data(), kDataHeaderBytes) != 0,
-                   file << ": not the data file of this checkpoint (bad header)");
+  KOPT_THROW_IF_AS(
+      CheckpointError,
+      bytes < kDataHeaderBytes || std::memcmp(data, expected.data(), kDataHeaderBytes) != 0,
+      file << ": not the data file of this checkpoint (bad header)");
 }
 
 void append_floats(std::vector<unsigned char>& out, const float* values, std::size_t n) {

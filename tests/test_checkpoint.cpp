@@ -34,7 +34,8 @@ kopt::HybridOptions options(bool clip) {
 }
 
 CheckpointModel model_a(bool clip) {
-  return CheckpointModel(model_defs(), kConfigs, kGroupsOf, kOrder, options(clip), {false, false, true});
+  return CheckpointModel(model_defs(), kConfigs, kGroupsOf, kOrder, options(clip),
+                         {false, false, true});
 }
 
 TEST(Checkpoint, Crc32cOfTheStandardCheckString) {
@@ -64,15 +65,16 @@ TEST(Checkpoint, ResumesBitwiseInAnotherOrderGroupingAndPlacement) {
   // nothing offloaded (saved from an offloaded group). Without clipping: the norm is summed
   // in registration order, which this changes.
   expect_resume_is_bitwise(false, [](bool clip) {
-    return CheckpointModel(model_defs(), {kConfigs[0], kConfigs[1], kConfigs[2], kConfigs[0], kConfigs[1]},
+    return CheckpointModel(model_defs(),
+                           {kConfigs[0], kConfigs[1], kConfigs[2], kConfigs[0], kConfigs[1]},
                            {0, 1, 2, 3, 4, 2, 3, 4}, {7, 6, 5, 4, 3, 2, 1, 0}, options(clip));
   });
 }
 
 std::vector<unsigned char> read_all(const fs::path& p) { return kopt::Impl::read_file(p.string()); }
 void write_all(const fs::path& p, const std::vector<unsigned char>& b) {
-  std::ofstream(p, std::ios::binary | std::ios::trunc).write(reinterpret_cast<const char*>(b.data()),
-                                                              static_cast<std::streamsize>(b.size()));
+  std::ofstream(p, std::ios::binary | std::ios::trunc)
+      .write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
 }
 fs::path data_file(const fs::path& dir) {
   for (const auto& f : fs::directory_iterator(dir))
@@ -101,35 +103,52 @@ TEST(Checkpoint, BadFilesAreRefusedAndChangeNothing) {
       EXPECT_NE(std::string(e.what()).find(expect), std::string::npos) << e.what();
     }
   };
-  corrupt("truncated", [](const fs::path& d) {
-    auto b = read_all(d / "index.kopt");
-    b.resize(b.size() - 9);
-    write_all(d / "index.kopt", b);
-  }, "truncated");
-  corrupt("flipped-metadata", [](const fs::path& d) {
-    auto b = read_all(d / "index.kopt");
-    b[60] ^= 0x10;
-    write_all(d / "index.kopt", b);
-  }, "metadata checksum");
-  corrupt("flipped-data", [](const fs::path& d) {
-    auto b = read_all(data_file(d));
-    b[kopt::Impl::kDataHeaderBytes + 17] ^= 0x01;
-    write_all(data_file(d), b);
-  }, "checksum mismatch in the data");
-  corrupt("version", [](const fs::path& d) {
-    auto b = read_all(d / "index.kopt");
-    b[8] = 2;  // and a consistent header checksum: the version check must catch it
-    const std::uint32_t crc = kopt::Impl::crc32c(b.data(), 28);
-    for (int k = 0; k < 4; ++k) b[28 + k] = static_cast<unsigned char>(crc >> (8 * k));
-    write_all(d / "index.kopt", b);
-  }, "format version 2");
-  corrupt("magic", [](const fs::path& d) {
-    auto b = read_all(d / "index.kopt");
-    b[0] = 'X';
-    write_all(d / "index.kopt", b);
-  }, "bad magic");
-  corrupt("missing-rank-file", [](const fs::path& d) { fs::remove(data_file(d)); }, "cannot open");
-  corrupt("missing-index", [](const fs::path& d) { fs::remove(d / "index.kopt"); }, "index.kopt");
+  corrupt(
+      "truncated",
+      [](const fs::path& d) {
+        auto b = read_all(d / "index.kopt");
+        b.resize(b.size() - 9);
+        write_all(d / "index.kopt", b);
+      },
+      "truncated");
+  corrupt(
+      "flipped-metadata",
+      [](const fs::path& d) {
+        auto b = read_all(d / "index.kopt");
+        b[60] ^= 0x10;
+        write_all(d / "index.kopt", b);
+      },
+      "metadata checksum");
+  corrupt(
+      "flipped-data",
+      [](const fs::path& d) {
+        auto b = read_all(data_file(d));
+        b[kopt::Impl::kDataHeaderBytes + 17] ^= 0x01;
+        write_all(data_file(d), b);
+      },
+      "checksum mismatch in the data");
+  corrupt(
+      "version",
+      [](const fs::path& d) {
+        auto b = read_all(d / "index.kopt");
+        b[8] = 2;  // and a consistent header checksum: the version check must catch it
+        const std::uint32_t crc = kopt::Impl::crc32c(b.data(), 28);
+        for (int k = 0; k < 4; ++k) b[28 + k] = static_cast<unsigned char>(crc >> (8 * k));
+        write_all(d / "index.kopt", b);
+      },
+      "format version 2");
+  corrupt(
+      "magic",
+      [](const fs::path& d) {
+        auto b = read_all(d / "index.kopt");
+        b[0] = 'X';
+        write_all(d / "index.kopt", b);
+      },
+      "bad magic");
+  corrupt(
+      "missing-rank-file", [](const fs::path& d) { fs::remove(data_file(d)); }, "cannot open");
+  corrupt(
+      "missing-index", [](const fs::path& d) { fs::remove(d / "index.kopt"); }, "index.kopt");
   // Nothing changed: the victim goes on exactly as its twin.
   victim.train(1, 3);
   twin.train(1, 3);
@@ -177,8 +196,8 @@ TEST(Checkpoint, ASaveThatFailsPartWayLeavesThePreviousOneLoadable) {
   CheckpointModel from_pristine = model_a(true);
   from_pristine.copy_params_from(a);
   a.train(2, 2);
-  const std::size_t total = fs::file_size(data_file(dir.path / "ckpt")) +
-                            fs::file_size(dir.path / "ckpt" / "index.kopt");
+  const std::size_t total =
+      fs::file_size(data_file(dir.path / "ckpt")) + fs::file_size(dir.path / "ckpt" / "index.kopt");
   for (std::size_t k : {std::size_t{0}, std::size_t{1}, std::size_t{31}, std::size_t{100},
                         total / 3, total / 2, total - 700, total - 100, total - 1}) {
     SCOPED_TRACE("failing after " + std::to_string(k) + " of " + std::to_string(total) + " bytes");

@@ -22,7 +22,7 @@ namespace kopt {
 namespace Impl {
 class Engine;
 class ShardPlan;
-}
+}  // namespace Impl
 
 struct HybridOptions {
   /// Clip the global L2 norm of all grads (all groups, all spaces) to this value, as

@@ -1,0 +1,127 @@
+// Sharded checkpoints: each rank writes its shard, rank 0 the index; the checkpoint loads at
+// any other world size (here: the whole world, pairs of ranks, each rank alone) and into
+// another placement, and training resumes bitwise.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <filesystem>
+#include <kopt/kopt.hpp>
+#include <kopt/mpi_communicator.hpp>
+
+#include "../checkpoint_model.hpp"
+
+namespace {
+
+using kopt_test::CheckpointModel;
+
+// A directory all ranks share (this machine's temporary directory), removed at the end.
+struct SharedDir {
+  std::string path;
+  SharedDir() {
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    char buf[256] = {};
+    if (rank == 0) {
+      const auto p = std::filesystem::temp_directory_path() /
+                     ("kopt-mpi-" + std::to_string(std::random_device{}()));
+      std::snprintf(buf, sizeof(buf), "%s", p.string().c_str());
+    }
+    MPI_Bcast(buf, sizeof(buf), MPI_CHAR, 0, MPI_COMM_WORLD);
+    path = buf;
+  }
+  ~SharedDir() {
+    MPI_Barrier(MPI_COMM_WORLD);
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    std::error_code ec;
+    if (rank == 0) std::filesystem::remove_all(path, ec);
+  }
+};
+
+kopt::HybridOptions options(MPI_Comm comm, kopt::ZeroStage stage) {
+  kopt::HybridOptions o;
+  o.loss_scaling = kopt::LossScalerOptions{.init_scale = 1024, .growth_interval = 2};
+  if (comm != MPI_COMM_NULL)
+    o.sharding = kopt::ShardingOptions{std::make_shared<kopt::MpiCommunicator>(comm), stage,
+                                       kopt::GradReduction::sum};
+  return o;
+}
+
+const std::vector<kopt::AdamConfig> kConfigs = {kopt::AdamConfig{},
+                                                kopt::AdamConfig{.lr = 3e-3, .amsgrad = true},
+                                                kopt::AdamConfig{.lr = 2e-3, .weight_decay = 0.0}};
+
+CheckpointModel model(MPI_Comm comm, const std::vector<bool>& offloaded) {
+  std::vector<kopt_test::ParamDef> defs = kopt_test::mixed_defs(2);
+  defs.push_back(kopt_test::ParamDef{2, kopt::DType::bf16, kopt::DType::bf16, false, 3});
+  return CheckpointModel(defs, kConfigs, {0, 1, 2, 0, 1, 2, 0, 1, 2}, {0, 1, 2, 3, 4, 5, 6, 7, 8},
+                         options(comm, kopt::ZeroStage::one), offloaded);
+}
+
+TEST(ShardedCheckpoint, LoadsAtOtherWorldSizesAndResumesBitwise) {
+  const SharedDir dir;
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  CheckpointModel saved = model(MPI_COMM_WORLD, {false, false, true});
+  saved.train(0, 3);
+  saved.opt->save(dir.path);
+  // Pairs of ranks, and each rank alone (no communicator): other world sizes, and group 1
+  // offloaded instead of group 2.
+  MPI_Comm pairs = MPI_COMM_NULL;
+  MPI_Comm_split(MPI_COMM_WORLD, rank / 2, rank, &pairs);
+  CheckpointModel in_pairs = model(pairs, {false, true, false});
+  CheckpointModel alone = model(MPI_COMM_NULL, {});
+  for (CheckpointModel* m : {&in_pairs, &alone}) {
+    m->copy_params_from(saved);
+    // Never let one rank leave the test early: later collectives would wait for it.
+    EXPECT_NO_THROW(m->opt->load(dir.path));
+  }
+  saved.train(3, 3);
+  for (CheckpointModel* m : {&in_pairs, &alone}) {
+    m->train(3, 3);
+    saved.expect_same(*m);
+  }
+  MPI_Comm_free(&pairs);
+}
+
+TEST(ShardedCheckpoint, ACheckpointFromOneProcessLoadsSharded) {
+  const SharedDir dir;
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  CheckpointModel one = model(MPI_COMM_NULL, {});
+  one.train(0, 2);
+  if (rank == 0) one.opt->save(dir.path);
+  MPI_Barrier(MPI_COMM_WORLD);
+  CheckpointModel sharded = model(MPI_COMM_WORLD, {true, false, false});
+  sharded.copy_params_from(one);
+  EXPECT_NO_THROW(sharded.opt->load(dir.path));
+  one.train(2, 3);
+  sharded.train(2, 3);
+  one.expect_same(sharded);
+}
+
+TEST(ShardedCheckpoint, AMissingRankFileFailsOnEveryRankAndChangesNothing) {
+  const SharedDir dir;
+  int rank = 0, world = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  CheckpointModel a = model(MPI_COMM_WORLD, {});
+  a.train(0, 2);
+  a.opt->save(dir.path);
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (rank == 0)  // the last rank's file: at 1 rank, the only one
+    for (const auto& f : std::filesystem::directory_iterator(dir.path))
+      if (f.path().filename().string().find("-r" + std::to_string(world - 1) + ".kopt") !=
+          std::string::npos)
+        std::filesystem::remove(f.path());
+  MPI_Barrier(MPI_COMM_WORLD);
+  CheckpointModel victim = model(MPI_COMM_WORLD, {}), twin = model(MPI_COMM_WORLD, {});
+  victim.train(0, 1);
+  twin.train(0, 1);
+  EXPECT_THROW(victim.opt->load(dir.path), kopt::CheckpointError);
+  victim.train(1, 2);
+  twin.train(1, 2);
+  victim.expect_same(twin);
+}
+
+}  // namespace
