@@ -136,7 +136,10 @@ std::vector<unsigned char> serialize_blocks(const std::vector<IndexBlock>& block
 
 std::vector<IndexBlock> parse_blocks(const unsigned char* data, std::size_t bytes) {
   Reader r{data, bytes, 0, "block list"};
-  std::vector<IndexBlock> out(r.get<std::uint64_t>());
+  const auto count = r.get<std::uint64_t>();
+  KOPT_THROW_IF_AS(CheckpointError, count > (r.size - r.at) / 44,  // 44 bytes per block
+                   "block list: " << count << " blocks in " << r.size - r.at << " bytes");
+  std::vector<IndexBlock> out(count);
   for (IndexBlock& b : out) b = get_block(r);
   return out;
 }

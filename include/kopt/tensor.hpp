@@ -4,24 +4,17 @@
 
 #include <Kokkos_Core.hpp>
 #include <cstdint>
+#include <kopt/dtype.hpp>
 #include <kopt/storage_types.hpp>
 #include <string>
 #include <type_traits>
 
 namespace kopt {
 
-/// Element type of a tensor. kopt updates f32, bf16 and f16 params and grads; the other
-/// kinds exist so a training code can describe what it has and get a clear refusal.
-enum class DType : std::uint8_t { f32, bf16, f16, f64, i32 };
-
 /// Where a tensor's memory lives. `cuda_host_pinned` and `cuda_uvm` are reachable from
 /// host and device; `cuda` only from the device.
 enum class MemorySpace : std::uint8_t { host, cuda, cuda_uvm, cuda_host_pinned };
 
-/// Bytes per element of `dtype`.
-std::size_t size_of(DType dtype);
-/// "f32", "bf16", ...
-const char* name_of(DType dtype);
 /// "host", "cuda", ...
 const char* name_of(MemorySpace space);
 

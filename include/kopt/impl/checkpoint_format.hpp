@@ -8,7 +8,7 @@
 
 #include <cstdint>
 #include <kopt/adam_config.hpp>
-#include <kopt/tensor.hpp>
+#include <kopt/dtype.hpp>
 #include <string>
 #include <vector>
 
