@@ -93,10 +93,18 @@ void HybridOptimizer::save(const std::string& path) {
         engines_[at.engine]->get_state(p.name, state);
         const std::size_t first = data.size();
         const auto n = static_cast<std::size_t>(piece.numel);
-        Impl::append_floats(data, state.exp_avg.data(), n);
-        Impl::append_floats(data, state.exp_avg_sq.data(), n);
-        if (has_max) Impl::append_floats(data, state.max_exp_avg_sq.data(), n);
-        if (has_master) Impl::append_floats(data, state.master.data(), n);
+        // An array the engine does not keep yet (amsgrad switched on since the last step)
+        // is saved as the zeros it would start from.
+        const auto append = [&](const std::vector<float>& v) {
+          if (v.size() == n)
+            Impl::append_floats(data, v.data(), n);
+          else
+            data.resize(data.size() + 4 * n, 0);
+        };
+        append(state.exp_avg);
+        append(state.exp_avg_sq);
+        if (has_max) append(state.max_exp_avg_sq);
+        if (has_master) append(state.master);
         blocks.push_back(Impl::IndexBlock{static_cast<std::uint32_t>(index.params.size() - 1),
                                           piece.global_offset, piece.numel, rank, first,
                                           data.size() - first,
