@@ -1,0 +1,105 @@
+/* kopt's C interface: the HybridOptimizer for C and Fortran codes (iso_c_binding).
+ *
+ * Every function returns a kopt_status; on anything but KOPT_OK, kopt_last_error() gives
+ * the message (thread-local, valid until the next kopt call on that thread) and nothing
+ * was changed. No C++ exception crosses this interface. Build the optimizer in two steps:
+ * collect groups and params in a kopt_groups, then create the kopt_optimizer from it.
+ * Kokkos must be initialized first: kopt_initialize() does it when the code does not use
+ * Kokkos itself. */
+#ifndef KOPT_KOPT_H
+#define KOPT_KOPT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum {
+  KOPT_OK = 0,
+  KOPT_ERROR_INVALID_ARGUMENT = 1,
+  KOPT_ERROR_SHAPE_MISMATCH = 2,
+  KOPT_ERROR_NOT_COMPILED = 3,
+  KOPT_ERROR_CHECKPOINT = 4,
+  KOPT_ERROR_BACKEND = 5,
+  KOPT_ERROR_OTHER = 6
+} kopt_status;
+
+typedef enum { KOPT_F32 = 0, KOPT_BF16 = 1, KOPT_F16 = 2 } kopt_dtype;
+
+typedef enum {
+  KOPT_HOST = 0,
+  KOPT_CUDA = 1,
+  KOPT_CUDA_UVM = 2,
+  KOPT_CUDA_HOST_PINNED = 3
+} kopt_memory_space;
+
+/* One group's hyperparameters; kopt_adam_config_default() gives torch AdamW's. */
+typedef struct {
+  double lr, beta1, beta2, eps, weight_decay;
+  int32_t decoupled, amsgrad, bias_correction, maximize; /* 0 or 1 */
+} kopt_adam_config;
+
+typedef struct {
+  double max_grad_norm;  /* clip the global grad norm to this; <= 0: no clipping */
+  int32_t loss_scaling;  /* 1: dynamic loss scaling (torch GradScaler's defaults) */
+  double init_scale;     /* with loss_scaling; <= 0: 65536 */
+} kopt_options;
+
+typedef struct {
+  double grad_norm;   /* NaN when neither clipping nor loss scaling is on */
+  double clip_factor;
+  int32_t skipped;    /* 1: non-finite grads, nothing was updated */
+  double loss_scale;  /* for the next backward pass */
+} kopt_step_stats;
+
+typedef struct kopt_groups kopt_groups;
+typedef struct kopt_optimizer kopt_optimizer;
+
+const char* kopt_last_error(void);
+void kopt_adam_config_default(kopt_adam_config* config);
+void kopt_options_default(kopt_options* options);
+
+/* Kokkos::initialize / finalize, for codes that do not run Kokkos themselves. */
+kopt_status kopt_initialize(void);
+kopt_status kopt_finalize(void);
+
+kopt_status kopt_groups_create(kopt_groups** groups);
+void kopt_groups_destroy(kopt_groups* groups);
+/* Adds a group (host_state = 1: its state lives in host memory, offloaded); its index, from
+ * 0, goes to *index when index is not NULL. */
+kopt_status kopt_groups_add_group(kopt_groups* groups, const kopt_adam_config* config,
+                                  int32_t host_state, size_t* index);
+/* A named param of `numel` elements and its grad (NULL: none yet), both in `space`. */
+kopt_status kopt_groups_add_param(kopt_groups* groups, size_t group, const char* name,
+                                  void* param, kopt_dtype param_dtype, void* grad,
+                                  kopt_dtype grad_dtype, int64_t numel, kopt_memory_space space);
+
+/* Checks everything, then builds the optimizer; `groups` can be destroyed afterwards. */
+kopt_status kopt_optimizer_create(const kopt_groups* groups, const kopt_options* options,
+                                  kopt_optimizer** optimizer);
+void kopt_optimizer_destroy(kopt_optimizer* optimizer);
+
+kopt_status kopt_step(kopt_optimizer* optimizer, kopt_step_stats* stats /* may be NULL */);
+kopt_status kopt_get_config(kopt_optimizer* optimizer, size_t group, kopt_adam_config* config);
+/* Replaces a group's config between steps (validated first). */
+kopt_status kopt_set_config(kopt_optimizer* optimizer, size_t group, const kopt_adam_config* config);
+kopt_status kopt_set_lr(kopt_optimizer* optimizer, size_t group, double lr);
+/* A new grad for `name` (NULL: no gradient this step). */
+kopt_status kopt_set_grad(kopt_optimizer* optimizer, const char* name, void* grad,
+                          kopt_dtype grad_dtype, int64_t numel, kopt_memory_space space);
+kopt_status kopt_rebind(kopt_optimizer* optimizer, const char* name, void* param,
+                        kopt_dtype param_dtype, void* grad, kopt_dtype grad_dtype, int64_t numel,
+                        kopt_memory_space space);
+kopt_status kopt_reload_model_params(kopt_optimizer* optimizer);
+kopt_status kopt_save(kopt_optimizer* optimizer, const char* path);
+kopt_status kopt_load(kopt_optimizer* optimizer, const char* path, int32_t partial);
+kopt_status kopt_loss_scale(const kopt_optimizer* optimizer, double* scale);
+kopt_status kopt_step_count(const kopt_optimizer* optimizer, const char* name, int64_t* count);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KOPT_KOPT_H */

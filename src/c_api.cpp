@@ -1,0 +1,247 @@
+// The C interface (include/kopt/kopt.h): thin wrappers that turn every exception into a
+// status and a thread-local message.
+#include <kopt/kopt.h>
+
+#include <Kokkos_Core.hpp>
+#include <kopt/error.hpp>
+#include <kopt/hybrid_optimizer.hpp>
+#include <memory>
+#include <string>
+#include <vector>
+
+struct kopt_groups {
+  std::vector<kopt::ParamGroup> groups;
+};
+struct kopt_optimizer {
+  std::unique_ptr<kopt::HybridOptimizer> opt;
+};
+
+namespace {
+
+thread_local std::string last_error;
+
+template <class F>
+kopt_status guard(F&& f) {
+  try {
+    f();
+    last_error.clear();
+    return KOPT_OK;
+  } catch (const kopt::ShapeMismatch& e) {
+    last_error = e.what();
+    return KOPT_ERROR_SHAPE_MISMATCH;
+  } catch (const kopt::NotCompiled& e) {
+    last_error = e.what();
+    return KOPT_ERROR_NOT_COMPILED;
+  } catch (const kopt::CheckpointError& e) {
+    last_error = e.what();
+    return KOPT_ERROR_CHECKPOINT;
+  } catch (const kopt::BackendError& e) {
+    last_error = e.what();
+    return KOPT_ERROR_BACKEND;
+  } catch (const kopt::InvalidArgument& e) {
+    last_error = e.what();
+    return KOPT_ERROR_INVALID_ARGUMENT;
+  } catch (const std::exception& e) {
+    last_error = e.what();
+    return KOPT_ERROR_OTHER;
+  } catch (...) {
+    last_error = "kopt: unknown error";
+    return KOPT_ERROR_OTHER;
+  }
+}
+
+template <class T>
+T& deref(T* p, const char* what) {
+  KOPT_THROW_IF(p == nullptr, "kopt C API: " << what << " is NULL");
+  return *p;
+}
+
+std::string name_arg(const char* name) {
+  KOPT_THROW_IF(name == nullptr, "kopt C API: name is NULL");
+  return name;
+}
+
+kopt::DType dtype_of(kopt_dtype d) {
+  KOPT_THROW_IF(
+      d != KOPT_F32 && d != KOPT_BF16 && d != KOPT_F16,
+      "kopt C API: dtype " << static_cast<int>(d) << " is not KOPT_F32, KOPT_BF16 or KOPT_F16");
+  return static_cast<kopt::DType>(d);
+}
+
+kopt::MemorySpace space_of(kopt_memory_space s) {
+  KOPT_THROW_IF(s < KOPT_HOST || s > KOPT_CUDA_HOST_PINNED,
+                "kopt C API: memory space " << static_cast<int>(s) << " is unknown");
+  return static_cast<kopt::MemorySpace>(s);
+}
+
+kopt::Tensor tensor(void* data, kopt_dtype dtype, std::int64_t numel, kopt_memory_space space) {
+  if (data == nullptr) return kopt::Tensor{};  // a null grad
+  return kopt::Tensor(data, numel, dtype_of(dtype), space_of(space));
+}
+
+kopt::AdamConfig config_of(const kopt_adam_config& c) {
+  kopt::AdamConfig out{c.lr,           c.beta1,          c.beta2,        c.eps,
+                       c.weight_decay, c.decoupled != 0, c.amsgrad != 0, c.bias_correction != 0,
+                       c.maximize != 0};
+  out.validate();
+  return out;
+}
+
+kopt_adam_config c_config(const kopt::AdamConfig& c) {
+  return kopt_adam_config{c.lr,        c.beta1,   c.beta2,           c.eps,     c.weight_decay,
+                          c.decoupled, c.amsgrad, c.bias_correction, c.maximize};
+}
+
+}  // namespace
+
+extern "C" {
+
+const char* kopt_last_error(void) { return last_error.c_str(); }
+
+void kopt_adam_config_default(kopt_adam_config* config) {
+  if (config != nullptr) *config = c_config(kopt::AdamConfig{});
+}
+
+void kopt_options_default(kopt_options* options) {
+  if (options != nullptr) *options = kopt_options{0.0, 0, 65536.0};
+}
+
+kopt_status kopt_initialize(void) {
+  return guard([] {
+    if (!Kokkos::is_initialized()) Kokkos::initialize();
+  });
+}
+
+kopt_status kopt_finalize(void) {
+  return guard([] {
+    if (Kokkos::is_initialized()) Kokkos::finalize();
+  });
+}
+
+kopt_status kopt_groups_create(kopt_groups** groups) {
+  return guard([&] { deref(groups, "groups") = new kopt_groups{}; });
+}
+
+void kopt_groups_destroy(kopt_groups* groups) { delete groups; }
+
+kopt_status kopt_groups_add_group(kopt_groups* groups, const kopt_adam_config* config,
+                                  int32_t host_state, size_t* index) {
+  return guard([&] {
+    auto& g = deref(groups, "groups");
+    g.groups.emplace_back(
+        config_of(deref(config, "config")),
+        host_state ? kopt::StatePlacement::host : kopt::StatePlacement::with_params);
+    if (index != nullptr) *index = g.groups.size() - 1;
+  });
+}
+
+kopt_status kopt_groups_add_param(kopt_groups* groups, size_t group, const char* name, void* param,
+                                  kopt_dtype param_dtype, void* grad, kopt_dtype grad_dtype,
+                                  int64_t numel, kopt_memory_space space) {
+  return guard([&] {
+    auto& g = deref(groups, "groups");
+    KOPT_THROW_IF(group >= g.groups.size(), "kopt C API: group " << group << " does not exist ("
+                                                                 << g.groups.size() << " groups)");
+    KOPT_THROW_IF(param == nullptr, "kopt C API: param '" << name_arg(name) << "' is NULL");
+    g.groups[group].add(name_arg(name), tensor(param, param_dtype, numel, space),
+                        tensor(grad, grad_dtype, numel, space));
+  });
+}
+
+kopt_status kopt_optimizer_create(const kopt_groups* groups, const kopt_options* options,
+                                  kopt_optimizer** optimizer) {
+  return guard([&] {
+    const auto& g = deref(groups, "groups");
+    auto& out = deref(optimizer, "optimizer");
+    kopt::HybridOptions o;
+    if (options != nullptr) {
+      if (options->max_grad_norm > 0) o.max_grad_norm = options->max_grad_norm;
+      if (options->loss_scaling)
+        o.loss_scaling = kopt::LossScalerOptions{
+            .init_scale = options->init_scale > 0 ? options->init_scale : 65536.0};
+    }
+    auto created = std::make_unique<kopt_optimizer>();
+    created->opt = std::make_unique<kopt::HybridOptimizer>(g.groups, o);
+    out = created.release();
+  });
+}
+
+void kopt_optimizer_destroy(kopt_optimizer* optimizer) { delete optimizer; }
+
+kopt_status kopt_step(kopt_optimizer* optimizer, kopt_step_stats* stats) {
+  return guard([&] {
+    const kopt::StepStats s = deref(optimizer, "optimizer").opt->step();
+    if (stats != nullptr)
+      *stats = kopt_step_stats{s.grad_norm, s.clip_factor, s.skipped, s.loss_scale};
+  });
+}
+
+kopt_status kopt_get_config(kopt_optimizer* optimizer, size_t group, kopt_adam_config* config) {
+  return guard([&] {
+    deref(config, "config") = c_config(deref(optimizer, "optimizer").opt->group(group).config());
+  });
+}
+
+kopt_status kopt_set_config(kopt_optimizer* optimizer, size_t group,
+                            const kopt_adam_config* config) {
+  return guard([&] {
+    const kopt::AdamConfig c = config_of(deref(config, "config"));  // validated first
+    deref(optimizer, "optimizer").opt->group(group).config() = c;
+  });
+}
+
+kopt_status kopt_set_lr(kopt_optimizer* optimizer, size_t group, double lr) {
+  return guard([&] {
+    auto g = deref(optimizer, "optimizer").opt->group(group);
+    kopt::AdamConfig c = g.config();
+    c.lr = lr;
+    c.validate();
+    g.config() = c;
+  });
+}
+
+kopt_status kopt_set_grad(kopt_optimizer* optimizer, const char* name, void* grad,
+                          kopt_dtype grad_dtype, int64_t numel, kopt_memory_space space) {
+  return guard([&] {
+    deref(optimizer, "optimizer")
+        .opt->set_grad(name_arg(name), tensor(grad, grad_dtype, numel, space));
+  });
+}
+
+kopt_status kopt_rebind(kopt_optimizer* optimizer, const char* name, void* param,
+                        kopt_dtype param_dtype, void* grad, kopt_dtype grad_dtype, int64_t numel,
+                        kopt_memory_space space) {
+  return guard([&] {
+    KOPT_THROW_IF(param == nullptr,
+                  "kopt C API: rebind of '" << name_arg(name) << "': param is NULL");
+    deref(optimizer, "optimizer")
+        .opt->rebind(name_arg(name), tensor(param, param_dtype, numel, space),
+                     tensor(grad, grad_dtype, numel, space));
+  });
+}
+
+kopt_status kopt_reload_model_params(kopt_optimizer* optimizer) {
+  return guard([&] { deref(optimizer, "optimizer").opt->reload_model_params(); });
+}
+
+kopt_status kopt_save(kopt_optimizer* optimizer, const char* path) {
+  return guard([&] { deref(optimizer, "optimizer").opt->save(name_arg(path)); });
+}
+
+kopt_status kopt_load(kopt_optimizer* optimizer, const char* path, int32_t partial) {
+  return guard([&] {
+    deref(optimizer, "optimizer").opt->load(name_arg(path), kopt::LoadOptions{partial != 0});
+  });
+}
+
+kopt_status kopt_loss_scale(const kopt_optimizer* optimizer, double* scale) {
+  return guard([&] { deref(scale, "scale") = deref(optimizer, "optimizer").opt->loss_scale(); });
+}
+
+kopt_status kopt_step_count(const kopt_optimizer* optimizer, const char* name, int64_t* count) {
+  return guard([&] {
+    deref(count, "count") = deref(optimizer, "optimizer").opt->step_count(name_arg(name));
+  });
+}
+
+}  // extern "C"
