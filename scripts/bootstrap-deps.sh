@@ -9,7 +9,7 @@
 #   KOPT_DEPS_PREFIX  (default: ${XDG_CACHE_HOME:-$HOME/.cache}/kopt-deps)
 # The script is idempotent: a second run finds the stamp file and returns at once.
 #
-# Debian packages (cmake, g++, GoogleTest, Google Benchmark, clang for the fuzz test, ...)
+# Debian packages (cmake, g++, gfortran, GoogleTest, Google Benchmark, clang for fuzzing, ...)
 # are installed when missing, which needs root. Options:
 #   --with-mpi    also install OpenMPI (kopt_ENABLE_MPI)
 set -euo pipefail
@@ -36,7 +36,7 @@ apt_update() {
 }
 
 # --- Debian packages ---------------------------------------------------------------
-packages=(cmake g++ make ninja-build libgtest-dev libgmock-dev libbenchmark-dev xz-utils clang)
+packages=(cmake g++ gfortran make ninja-build libgtest-dev libgmock-dev libbenchmark-dev xz-utils clang)
 [ "$want_mpi" = 1 ] && packages+=(libopenmpi-dev openmpi-bin)
 missing=()
 for p in "${packages[@]}"; do
