@@ -21,11 +21,16 @@ class Kopt(CMakePackage):
 
     variant("benchmarks", default=False, description="Build the Google Benchmark perf suite")
     variant("examples", default=False, description="Build the example programs")
+    variant("mpi", default=False, description="Build kopt::MpiCommunicator (ZeRO sharding)")
 
     # Ninja is what kopt's own scripts use; Unix Makefiles works as well.
     generator("ninja", "make", default="ninja")
 
     depends_on("cxx", type="build")
+    # The test suite has a C test of the C interface; examples build a Fortran one when a
+    # Fortran compiler is found.
+    depends_on("c", type="build")
+    depends_on("mpi", when="+mpi")
     depends_on("cmake@3.16:", type="build")
 
     # kopt's backends are exactly the execution spaces of its Kokkos. kopt itself is C++20,
@@ -66,6 +71,7 @@ class Kopt(CMakePackage):
             self.define("kopt_ENABLE_TESTS", self.run_tests),
             self.define_from_variant("kopt_ENABLE_BENCHMARKS", "benchmarks"),
             self.define_from_variant("kopt_ENABLE_EXAMPLES", "examples"),
+            self.define_from_variant("kopt_ENABLE_MPI", "mpi"),
             # -Werror is for kopt's CI, not for users' compilers.
             self.define("kopt_ENABLE_WERROR", False),
             # Spack passes the target's flags (-march=...) itself.
