@@ -36,7 +36,8 @@ apt_update() {
 }
 
 # --- Debian packages ---------------------------------------------------------------
-packages=(cmake g++ gfortran make ninja-build libgtest-dev libgmock-dev libbenchmark-dev xz-utils clang)
+packages=(cmake g++ gfortran make ninja-build libgtest-dev libgmock-dev libbenchmark-dev xz-utils clang
+  python3)
 [ "$want_mpi" = 1 ] && packages+=(libopenmpi-dev openmpi-bin)
 missing=()
 for p in "${packages[@]}"; do
