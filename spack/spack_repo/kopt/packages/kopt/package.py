@@ -88,11 +88,20 @@ class Kopt(CMakePackage):
         """Run the whole CTest suite (unit tests, install test, examples with +examples)."""
         ctest = Executable(self.spec["cmake"].prefix.bin.ctest)
         with working_dir(self.build_directory):
-            ctest("--output-on-failure", "-j", str(make_jobs))
+            # A build that registered no test must not pass as tested.
+            ctest("--output-on-failure", "--no-tests=error", "-j", str(make_jobs))
 
     @run_after("install")
     def cache_consumer(self):
         cache_extra_test_sources(self, [self.consumer_src_dir])
+
+    def test_installed_example(self):
+        """run an installed example (+examples): a least-squares fit that must converge"""
+        if not self.spec.satisfies("+examples"):
+            raise SkipTest("kopt was installed without +examples")
+        example = which(join_path(self.prefix.bin, "kopt_example_host_regression"), required=True)
+        out = example(output=str.split, error=str.split)
+        assert "fitted" in out and "NOT fitted" not in out, out
 
     def test_find_package_consumer(self):
         """build and run a CMake project that uses find_package(kopt)"""
