@@ -3,11 +3,12 @@
 import os
 
 from spack_repo.builtin.build_systems.cmake import CMakePackage, generator
+from spack_repo.builtin.build_systems.cuda import CudaPackage
 
 from spack.package import *
 
 
-class Kopt(CMakePackage):
+class Kopt(CMakePackage, CudaPackage):
     """Fused Adam/AdamW optimizers written once with Kokkos; kopt runs on every execution
     space its Kokkos enables (Serial, OpenMP, CUDA)."""
 
@@ -37,6 +38,15 @@ class Kopt(CMakePackage):
     # but it accepts a Kokkos built as C++17 (3.x/4.x default): no cxxstd constraint here.
     depends_on("kokkos@3.4.01:")
     depends_on("kokkos-kernels@3.4.01:")
+
+    # +cuda (from CudaPackage) asks for a CUDA Kokkos of the same single arch, compiled
+    # through Kokkos' nvcc_wrapper when the compiler is gcc (kopt then builds with it too);
+    # ~cuda for a Kokkos without CUDA.
+    for _arch in CudaPackage.cuda_arch_values:
+        depends_on(f"kokkos+cuda cuda_arch={_arch}", when=f"+cuda cuda_arch={_arch}")
+    depends_on("kokkos~cuda", when="~cuda")
+    conflicts("+cuda", when="cuda_arch=none", msg="kopt+cuda needs a cuda_arch (e.g. cuda_arch=90)")
+    requires("^kokkos+wrapper", when="+cuda %gcc", msg="with gcc, kopt+cuda needs kokkos+wrapper")
 
     # kopt has kernels for Serial, OpenMP and Cuda only.
     requires(
