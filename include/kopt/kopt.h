@@ -23,16 +23,20 @@ typedef enum {
   KOPT_ERROR_NOT_COMPILED = 3,
   KOPT_ERROR_CHECKPOINT = 4,
   KOPT_ERROR_BACKEND = 5,
-  KOPT_ERROR_OTHER = 6
+  KOPT_ERROR_OTHER = 6,
+  KOPT_STATUS_FORCE_INT32 = 0x7fffffff
 } kopt_status;
 
-typedef enum { KOPT_F32 = 0, KOPT_BF16 = 1, KOPT_F16 = 2 } kopt_dtype;
+/* The *_FORCE_INT32 values keep every enum an int-sized type that holds any int, so a bad
+ * value passed in is refused with an error instead of being undefined behaviour in C++. */
+typedef enum { KOPT_F32 = 0, KOPT_BF16 = 1, KOPT_F16 = 2, KOPT_DTYPE_FORCE_INT32 = 0x7fffffff } kopt_dtype;
 
 typedef enum {
   KOPT_HOST = 0,
   KOPT_CUDA = 1,
   KOPT_CUDA_UVM = 2,
-  KOPT_CUDA_HOST_PINNED = 3
+  KOPT_CUDA_HOST_PINNED = 3,
+  KOPT_MEMORY_SPACE_FORCE_INT32 = 0x7fffffff
 } kopt_memory_space;
 
 /* One group's hyperparameters; kopt_adam_config_default() gives torch AdamW's. */

@@ -69,7 +69,9 @@ struct float16 {
     // mant24 >> (126 - e). Shifts past 24 leave less than half a unit: zero.
     const std::uint32_t e = ax >> 23;
     const std::uint32_t mant24 = (ax & 0x7fffffu) | 0x800000u;
-    const std::uint32_t shift = e < 102u ? 25u : 126u - e;  // 14..25 on this branch
+    // 14..25 on this branch; kept in 1..25 off it too (the value is computed branch-free and
+    // then not used, but a shift by 32 or more would still be undefined behaviour).
+    const std::uint32_t shift = e < 102u ? 25u : (e > 125u ? 1u : 126u - e);
     const std::uint32_t sub_base = shift < 25u ? (mant24 >> shift) : 0u;
     const std::uint32_t sub_rem = shift < 25u ? (mant24 & ((1u << shift) - 1u)) : mant24;
     const std::uint32_t sub_half = shift < 25u ? (1u << (shift - 1u)) : 0x1000000u;
