@@ -174,6 +174,14 @@ StepStats HybridOptimizer::step() {
       stats.clip_factor = std::min(1.0, *options_.max_grad_norm / (stats.grad_norm + 1e-6));
   }
   const double grad_scale = stats.clip_factor / (scale * divisor);  // unscale and clip, fused
+  // The kernels take the factor as a float: a loss scale so small that 1 / scale overflows
+  // it would turn zero grads into NaN params. Such a step is skipped like an overflow.
+  if (!(grad_scale <= std::numeric_limits<float>::max())) {
+    stats.skipped = true;
+    if (scaler_) scaler_->update(false);
+    stats.loss_scale = loss_scale();
+    return stats;
+  }
   for (const auto& engine : engines_) engine->step(grad_scale);
   for (const auto& engine : engines_) engine->fence();
   if (shards_) {
