@@ -5,6 +5,8 @@
 #include <Kokkos_Core.hpp>
 #include <kopt/error.hpp>
 #include <kopt/hybrid_optimizer.hpp>
+#include <atomic>
+#include <cmath>
 #include <memory>
 #include <string>
 #include <vector>
@@ -19,6 +21,14 @@ struct kopt_optimizer {
 namespace {
 
 thread_local std::string last_error;
+std::atomic<long> live_optimizers{0};  // kopt_finalize refuses while any exists
+
+/// A C boolean: 0 or 1, nothing else (a garbage value from Fortran is an error, not "true").
+bool flag(std::int32_t value, const char* what) {
+  KOPT_THROW_IF(value != 0 && value != 1,
+                "kopt C API: " << what << " = " << value << " must be 0 or 1");
+  return value == 1;
+}
 
 template <class F>
 kopt_status guard(F&& f) {
@@ -38,6 +48,12 @@ kopt_status guard(F&& f) {
   } catch (const kopt::BackendError& e) {
     last_error = e.what();
     return KOPT_ERROR_BACKEND;
+  } catch (const kopt::NotInitialized& e) {
+    last_error = e.what();
+    return KOPT_ERROR_NOT_INITIALIZED;
+  } catch (const kopt::InconsistentState& e) {
+    last_error = e.what();
+    return KOPT_ERROR_INCONSISTENT_STATE;
   } catch (const kopt::InvalidArgument& e) {
     last_error = e.what();
     return KOPT_ERROR_INVALID_ARGUMENT;
@@ -80,9 +96,15 @@ kopt::Tensor tensor(void* data, kopt_dtype dtype, std::int64_t numel, kopt_memor
 }
 
 kopt::AdamConfig config_of(const kopt_adam_config& c) {
-  kopt::AdamConfig out{c.lr,           c.beta1,          c.beta2,        c.eps,
-                       c.weight_decay, c.decoupled != 0, c.amsgrad != 0, c.bias_correction != 0,
-                       c.maximize != 0};
+  kopt::AdamConfig out{c.lr,
+                       c.beta1,
+                       c.beta2,
+                       c.eps,
+                       c.weight_decay,
+                       flag(c.decoupled, "config.decoupled"),
+                       flag(c.amsgrad, "config.amsgrad"),
+                       flag(c.bias_correction, "config.bias_correction"),
+                       flag(c.maximize, "config.maximize")};
   out.validate();
   return out;
 }
@@ -114,6 +136,9 @@ kopt_status kopt_initialize(void) {
 
 kopt_status kopt_finalize(void) {
   return guard([] {
+    const long live = live_optimizers.load();
+    KOPT_THROW_IF(live != 0, "kopt_finalize: " << live << " kopt_optimizer(s) still exist: "
+                                               << "kopt_optimizer_destroy them first");
     if (Kokkos::is_initialized()) Kokkos::finalize();
   });
 }
@@ -128,9 +153,9 @@ kopt_status kopt_groups_add_group(kopt_groups* groups, const kopt_adam_config* c
                                   int32_t host_state, size_t* index) {
   return guard([&] {
     auto& g = deref(groups, "groups");
-    g.groups.emplace_back(
-        config_of(deref(config, "config")),
-        host_state ? kopt::StatePlacement::host : kopt::StatePlacement::with_params);
+    const kopt::AdamConfig c = config_of(deref(config, "config"));
+    g.groups.emplace_back(c, flag(host_state, "host_state") ? kopt::StatePlacement::host
+                                                            : kopt::StatePlacement::with_params);
     if (index != nullptr) *index = g.groups.size() - 1;
   });
 }
@@ -155,18 +180,25 @@ kopt_status kopt_optimizer_create(const kopt_groups* groups, const kopt_options*
     auto& out = deref(optimizer, "optimizer");
     kopt::HybridOptions o;
     if (options != nullptr) {
+      KOPT_THROW_IF(std::isnan(options->max_grad_norm), "kopt C API: options.max_grad_norm is NaN");
+      KOPT_THROW_IF(std::isnan(options->init_scale), "kopt C API: options.init_scale is NaN");
       if (options->max_grad_norm > 0) o.max_grad_norm = options->max_grad_norm;
-      if (options->loss_scaling)
+      if (flag(options->loss_scaling, "options.loss_scaling"))
         o.loss_scaling = kopt::LossScalerOptions{
             .init_scale = options->init_scale > 0 ? options->init_scale : 65536.0};
     }
     auto created = std::make_unique<kopt_optimizer>();
     created->opt = std::make_unique<kopt::HybridOptimizer>(g.groups, o);
     out = created.release();
+    ++live_optimizers;
   });
 }
 
-void kopt_optimizer_destroy(kopt_optimizer* optimizer) { delete optimizer; }
+void kopt_optimizer_destroy(kopt_optimizer* optimizer) {
+  if (optimizer == nullptr) return;
+  delete optimizer;
+  --live_optimizers;
+}
 
 kopt_status kopt_step(kopt_optimizer* optimizer, kopt_step_stats* stats) {
   return guard([&] {
@@ -230,7 +262,8 @@ kopt_status kopt_save(kopt_optimizer* optimizer, const char* path) {
 
 kopt_status kopt_load(kopt_optimizer* optimizer, const char* path, int32_t partial) {
   return guard([&] {
-    deref(optimizer, "optimizer").opt->load(name_arg(path), kopt::LoadOptions{partial != 0});
+    deref(optimizer, "optimizer").opt->load(name_arg(path),
+                                            kopt::LoadOptions{flag(partial, "partial")});
   });
 }
 

@@ -1,5 +1,6 @@
 // HybridOptimizer::save and ::load (format: docs/checkpoint-format.md). Load reads and checks
 // everything, on every rank, before any rank changes anything.
+#include <algorithm>
 #include <filesystem>
 #include <kopt/error.hpp>
 #include <kopt/hybrid_optimizer.hpp>
@@ -58,6 +59,8 @@ Communicator& HybridOptimizer::world_() {
 }
 
 void HybridOptimizer::save(const std::string& path) {
+  Impl::require_kokkos("kopt::HybridOptimizer::save");
+  check_consistent_("save");  // never replace a good checkpoint with a half-updated state
   Communicator& comm = world_();
   const auto rank = static_cast<std::uint32_t>(comm.rank());
   for (const auto& engine : engines_) engine->fence();
@@ -201,6 +204,7 @@ struct BlockReader {
 }  // namespace
 
 void HybridOptimizer::load(const std::string& path, const LoadOptions& options) {
+  Impl::require_kokkos("kopt::HybridOptimizer::load");
   Communicator& comm = world_();
   const std::string index_file = (fs::path(path) / Impl::kIndexName).string();
   std::vector<AdamConfig> configs(groups_.size());
@@ -259,7 +263,26 @@ void HybridOptimizer::load(const std::string& path, const LoadOptions& options) 
   }
   agree(comm, error, "kopt::HybridOptimizer::load of " + path);
 
-  // Everything is checked on every rank: apply.
+  // Everything is checked on every rank. Allocate whatever state is missing first (a
+  // failure there changes nothing), then apply: only a backend error can stop that half-way,
+  // and then the optimizer says so instead of running on a mix of states.
+  for (const auto& engine : engines_) engine->prepare_step();
+  try {
+    apply_loaded_(configs, config_found, steps, states);
+  } catch (...) {
+    failed_step_ = "a load() failed part-way (" + Impl::what_of_current() + ")";
+    throw;
+  }
+  if (index.has_scaler && scaler_) scaler_->restore(index.scale, index.growth_tracker);
+  // Every param's state came from the file: whatever an earlier failure left is gone.
+  if (std::all_of(steps.begin(), steps.end(), [](std::int64_t s) { return s >= 0; }))
+    failed_step_.clear();
+}
+
+void HybridOptimizer::apply_loaded_(
+    const std::vector<AdamConfig>& configs, const std::vector<bool>& config_found,
+    const std::vector<std::int64_t>& steps,
+    const std::vector<std::pair<std::size_t, Impl::HostParamState>>& states) {
   for (std::size_t g = 0; g < groups_.size(); ++g)
     if (config_found[g]) groups_[g].config() = configs[g];
   for (std::size_t e = 0; e < engines_.size(); ++e)
@@ -273,7 +296,6 @@ void HybridOptimizer::load(const std::string& path, const LoadOptions& options) 
   if (shards_)
     for (std::size_t i = 0; i < steps.size(); ++i)
       if (steps[i] >= 0) sharded_steps_[i] = steps[i];
-  if (index.has_scaler && scaler_) scaler_->restore(index.scale, index.growth_tracker);
 }
 
 }  // namespace kopt

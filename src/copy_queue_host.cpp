@@ -4,9 +4,11 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <kopt/error.hpp>
 #include <kopt/impl/copy_queue.hpp>
 #include <mutex>
 #include <thread>
+#include <utility>
 #include <vector>
 #ifdef _OPENMP
 #include <omp.h>
@@ -66,6 +68,15 @@ void bind_this_thread(const CpuSet&) {}
 #endif
 
 std::atomic<std::int64_t> latency_us[2] = {0, 0};  // by CopyDirection
+std::atomic<std::int64_t> copies_before_failure{-1};  // the failure test hook; < 0: off
+
+// Whether the test hook fails this copy: counts down to 0, fails that one copy, turns off.
+bool injected_copy_failure() {
+  std::int64_t left = copies_before_failure.load(std::memory_order_relaxed);
+  while (left >= 0 && !copies_before_failure.compare_exchange_weak(left, left - 1)) {
+  }
+  return left == 0;
+}
 std::atomic<HostCopyWorkers> workers{HostCopyWorkers::shared};
 
 class HostCopyQueue final : public CopyQueue {
@@ -101,6 +112,9 @@ class HostCopyQueue final : public CopyQueue {
   void wait(Ticket ticket) override {
     std::unique_lock<std::mutex> lock(mutex_);
     landed_.wait(lock, [&] { return completed_ >= ticket; });
+    // Reported once, to the first waiter after it, as a stream reports an async error.
+    const bool failed = std::exchange(failed_, false);
+    KOPT_THROW_IF_AS(BackendError, failed, "a host offload copy failed (injected by the test hook)");
   }
 
  private:
@@ -120,8 +134,10 @@ class HostCopyQueue final : public CopyQueue {
       lock.unlock();
       if (const auto us = latency_.load(std::memory_order_relaxed); us > 0)
         std::this_thread::sleep_for(std::chrono::microseconds(us));
-      std::memcpy(c.dst, c.src, c.bytes);
+      const bool fail = injected_copy_failure();
+      if (!fail) std::memcpy(c.dst, c.src, c.bytes);
       lock.lock();
+      failed_ = failed_ || fail;
       ++completed_;  // under the mutex: a waiter that sees it also sees the bytes
       landed_.notify_all();
     }
@@ -132,6 +148,7 @@ class HostCopyQueue final : public CopyQueue {
   std::deque<Copy> pending_;
   Ticket enqueued_ = 0, completed_ = 0;
   bool stop_ = false;
+  bool failed_ = false;  // a copy failed and no wait has reported it yet
   const std::atomic<std::int64_t>& latency_;  // the test hook's, for this direction
   std::thread worker_;  // last: starts after everything it reads is constructed
 };
@@ -146,6 +163,8 @@ void set_host_copy_latency(std::chrono::microseconds to_host, std::chrono::micro
   latency_us[static_cast<int>(CopyDirection::to_host)] = to_host.count();
   latency_us[static_cast<int>(CopyDirection::to_device)] = to_device.count();
 }
+
+void set_host_copy_failure_after(std::int64_t copies) { copies_before_failure = copies; }
 
 void set_host_copy_workers(HostCopyWorkers layout) { workers = layout; }
 

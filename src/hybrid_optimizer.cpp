@@ -3,6 +3,7 @@
 #include <kopt/error.hpp>
 #include <kopt/hybrid_optimizer.hpp>
 #include <kopt/impl/engine.hpp>
+#include <kopt/impl/param_registry.hpp>
 #include <kopt/impl/shard_plan.hpp>
 #include <limits>
 #include <set>
@@ -41,6 +42,13 @@ HybridOptimizer::HybridOptimizer(std::vector<ParamGroup> groups, const HybridOpt
   if (options_.loss_scaling) scaler_.emplace(*options_.loss_scaling);  // validates
 
   options_.offload.validate();
+  Impl::require_kokkos("kopt::HybridOptimizer");
+  for (const ParamGroup& g : groups_)  // the tensors themselves, before any plan reads them
+    for (const ParamSpec& p : g.params()) {
+      Impl::check_tensor_fields("kopt::HybridOptimizer", p.name, "param", p.param);
+      if (p.grad.data != nullptr || p.grad.numel != 0)
+        Impl::check_tensor_fields("kopt::HybridOptimizer", p.name, "grad", p.grad);
+    }
   // Sharded: the engines get this rank's piece of each param (checked by the plan first).
   if (options_.sharding) shards_ = std::make_unique<Impl::ShardPlan>(groups_, *options_.sharding);
   const auto local_param = [&](std::size_t ordinal, const Tensor& t) {
@@ -138,19 +146,30 @@ const HybridOptimizer::Placement& HybridOptimizer::find_(const std::string& name
   return it->second;
 }
 
+void HybridOptimizer::check_consistent_(const char* call) const {
+  KOPT_THROW_IF_AS(InconsistentState, !failed_step_.empty(),
+                   "kopt::HybridOptimizer::" << call << ": refused: " << failed_step_
+                                             << "; load() a checkpoint to continue");
+}
+
 StepStats HybridOptimizer::step() {
-  // Decide everything that can fail before anything changes.
+  Impl::require_kokkos("kopt::HybridOptimizer::step");
+  check_consistent_("step");
+  // Everything that can fail for a reason other than a backend error runs before the first
+  // update starts (configs, allocations, collectives), and changes no value: a throw there
+  // leaves params, state, step counts and loss scale as they were.
   for (std::size_t g = 0; g < groups_.size(); ++g) validate_group_config(groups_[g].config(), g);
   for (std::size_t e = 0; e < engines_.size(); ++e)
     for (std::size_t g = 0; g < groups_.size(); ++g)
       if (engine_group_[e][g] != kNone)
         engines_[e]->config(engine_group_[e][g]) = groups_[g].config();
+  for (const auto& engine : engines_) engine->prepare_step();
 
   const double scale = scaler_ ? scaler_->scale() : 1.0;
   // ZeRO-2 averages by folding 1 / world size into the grad scale.
   const double divisor = shards_ ? shards_->grad_divisor() : 1.0;
   StepStats stats{std::numeric_limits<double>::quiet_NaN(), 1.0, false, scale};
-  if (shards_ && shards_->stage() == ZeroStage::two) shards_->reduce_grads();
+  if (shards_ && shards_->stage() == ZeroStage::two) shards_->reduce_grads();  // into buffers
   if (options_.max_grad_norm || scaler_) {
     // One reduction per engine where its grads live; the partial sums meet here, and
     // across ranks in rank order, so every rank decides the same.
@@ -164,32 +183,43 @@ StepStats HybridOptimizer::step() {
     double sum_sq = 0.0;
     for (const double s : norm_by_param_) sum_sq += s;
     stats.grad_norm = std::sqrt(sum_sq) / (scale * divisor);
-    if (!std::isfinite(sum_sq)) {  // an Inf or NaN somewhere: skip the step everywhere
-      stats.skipped = true;
-      if (scaler_) scaler_->update(false);
-      stats.loss_scale = loss_scale();
-      return stats;
-    }
+    if (!std::isfinite(sum_sq)) return skip_(stats);  // an Inf or NaN somewhere
     if (options_.max_grad_norm)
       stats.clip_factor = std::min(1.0, *options_.max_grad_norm / (stats.grad_norm + 1e-6));
   }
   const double grad_scale = stats.clip_factor / (scale * divisor);  // unscale and clip, fused
   // The kernels take the factor as a float: a loss scale so small that 1 / scale overflows
   // it would turn zero grads into NaN params. Such a step is skipped like an overflow.
-  if (!(grad_scale <= std::numeric_limits<float>::max())) {
-    stats.skipped = true;
-    if (scaler_) scaler_->update(false);
-    stats.loss_scale = loss_scale();
-    return stats;
-  }
-  for (const auto& engine : engines_) engine->step(grad_scale);
-  for (const auto& engine : engines_) engine->fence();
-  if (shards_) {
-    shards_->gather_params();
-    for (std::size_t i = 0; i < shards_->size(); ++i)
-      if (!shards_->grad(i).is_null()) ++sharded_steps_[i];
+  if (!(grad_scale <= std::numeric_limits<float>::max())) return skip_(stats);
+
+  // From here a failure may leave some params updated and others not: the optimizer
+  // remembers it and refuses to go on (or to overwrite a good checkpoint) until load().
+  try {
+    for (const auto& engine : engines_) engine->step(grad_scale);
+    for (const auto& engine : engines_) engine->fence();
+    if (shards_) {
+      shards_->gather_params();
+      for (std::size_t i = 0; i < shards_->size(); ++i)
+        if (!shards_->grad(i).is_null()) ++sharded_steps_[i];
+    }
+  } catch (...) {
+    failed_step_ = "a step failed after its update began (" + Impl::what_of_current() + ")";
+    for (const auto& engine : engines_) {
+      try {
+        engine->fence();  // let launched work finish before the caller frees anything
+      } catch (...) {
+      }
+    }
+    throw;
   }
   if (scaler_) scaler_->update(true);
+  stats.loss_scale = loss_scale();
+  return stats;
+}
+
+StepStats HybridOptimizer::skip_(StepStats stats) {
+  stats.skipped = true;
+  if (scaler_) scaler_->update(false);
   stats.loss_scale = loss_scale();
   return stats;
 }
@@ -228,6 +258,8 @@ void HybridOptimizer::rebind(const std::string& name, const Tensor& param, const
 }
 
 void HybridOptimizer::reload_model_params() {
+  Impl::require_kokkos("kopt::HybridOptimizer::reload_model_params");
+  check_consistent_("reload_model_params");
   for (const auto& engine : engines_) engine->reload_model_params();
   for (const auto& engine : engines_) engine->fence();
 }

@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <kopt/error.hpp>
+#include <kopt/impl/param_registry.hpp>
 #include <kopt/param_group.hpp>
 
 namespace kopt {
@@ -20,6 +21,9 @@ ParamGroup& ParamGroup::add(const std::string& name, const Tensor& param, const 
   const bool taken = std::any_of(params_.begin(), params_.end(),
                                  [&](const ParamSpec& p) { return p.name == name; });
   KOPT_THROW_IF(taken, "ParamGroup::add: parameter name '" << name << "' is already in this group");
+  Impl::check_tensor_fields("ParamGroup::add", name, "param", param);
+  if (grad.data != nullptr || grad.numel != 0)
+    Impl::check_tensor_fields("ParamGroup::add", name, "grad", grad);
   params_.push_back(ParamSpec{name, param, grad});
   return *this;
 }

@@ -1,5 +1,6 @@
 #include <kopt/error.hpp>
 #include <kopt/impl/param_registry.hpp>
+#include <limits>
 #include <utility>
 
 namespace kopt::Impl {
@@ -27,16 +28,31 @@ const AdamConfig& ParamRegistry::config(std::size_t group) const {
   return const_cast<ParamRegistry*>(this)->config(group);
 }
 
+void check_tensor_fields(const std::string& owner, const std::string& name, const char* what,
+                         const Tensor& t) {
+  KOPT_THROW_IF(t.numel < 0,
+                owner << ": " << what << " of '" << name << "' has negative numel " << t.numel);
+  KOPT_THROW_IF(t.data == nullptr && t.numel > 0, owner << ": " << what << " of '" << name
+                                                        << "' is a null pointer with numel "
+                                                        << t.numel);
+  KOPT_THROW_IF(!is_update_dtype(t.dtype),
+                owner << ": " << what << " of '" << name << "' has dtype " << name_of(t.dtype)
+                      << ", which kopt does not update (f32, bf16, f16)");
+  const auto max_numel =
+      static_cast<std::int64_t>(std::numeric_limits<std::int64_t>::max() / size_of(t.dtype));
+  KOPT_THROW_IF(t.numel > max_numel, owner << ": " << what << " of '" << name << "' has numel "
+                                           << t.numel << ": numel * " << size_of(t.dtype)
+                                           << " bytes overflows");
+  KOPT_THROW_IF(t.is_shard() && (t.global_offset < 0 || t.global_offset > t.global_numel - t.numel),
+                owner << ": " << what << " of '" << name << "' claims elements ["
+                      << t.global_offset << ", " << t.global_offset << " + " << t.numel
+                      << ") of a tensor of " << t.global_numel
+                      << " (global_offset + numel > global_numel)");
+}
+
 void ParamRegistry::check_tensor_(const std::string& name, const char* what,
                                   const Tensor& t) const {
-  KOPT_THROW_IF(t.numel < 0,
-                owner_ << ": " << what << " of '" << name << "' has negative numel " << t.numel);
-  KOPT_THROW_IF(t.data == nullptr && t.numel > 0, owner_ << ": " << what << " of '" << name
-                                                         << "' is a null pointer with numel "
-                                                         << t.numel);
-  KOPT_THROW_IF(!is_update_dtype(t.dtype),
-                owner_ << ": " << what << " of '" << name << "' has dtype " << name_of(t.dtype)
-                       << ", which kopt does not update (f32, bf16, f16)");
+  check_tensor_fields(owner_, name, what, t);
   KOPT_THROW_IF_AS(NotCompiled, (accepted_ & mask_of(t.space)) == 0,
                    owner_ << ": " << what << " of '" << name << "' lives in memory space '"
                           << name_of(t.space) << "', which this engine cannot reach");

@@ -1,4 +1,5 @@
 #include <Kokkos_Core.hpp>
+#include <kopt/error.hpp>
 #include <kopt/runtime.hpp>
 #include <kopt/version.hpp>
 #include <sstream>
@@ -29,3 +30,25 @@ std::string build_info() {
 }
 
 }  // namespace kopt
+
+namespace kopt::Impl {
+
+std::string what_of_current() {
+  try {
+    throw;
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+    return "an exception that is not a std::exception";
+  }
+}
+
+
+void require_kokkos(const char* who) {
+  KOPT_THROW_IF_AS(NotInitialized, !Kokkos::is_initialized(),
+                   who << ": Kokkos is not initialized (or was already finalized): initialize it "
+                       << "first (Kokkos::initialize, Kokkos::ScopeGuard or kopt_initialize) and "
+                       << "destroy kopt objects before finalizing it");
+}
+
+}  // namespace kopt::Impl

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <kopt/adam_update.hpp>
 #include <kopt/compat.hpp>
+#include <kopt/impl/fault_injection.hpp>
 #include <kopt/storage_types.hpp>
 #include <kopt/tensor.hpp>
 #include <algorithm>
@@ -58,6 +59,7 @@ inline void append_chunks(std::vector<Chunk>& chunks, std::size_t slot, std::int
 template <class ExecSpace>
 Kokkos::View<Chunk*, typename ExecSpace::memory_space> upload_chunks(
     const ExecSpace& exec, const std::string& label, const std::vector<Chunk>& chunks) {
+  allocation_point(label);
   Kokkos::View<Chunk*, typename ExecSpace::memory_space> dev(
       Kokkos::view_alloc(Kokkos::WithoutInitializing, label), chunks.size());
   Kokkos::View<const Chunk*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> host(

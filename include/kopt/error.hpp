@@ -46,6 +46,21 @@ class BackendError : public Error {
   using Error::Error;
 };
 
+/// Kokkos is not initialized, or already finalized: kopt cannot allocate or launch.
+class NotInitialized : public Error {
+ public:
+  using Error::Error;
+};
+
+/// An earlier step() failed after its update had begun (a backend error in a launched
+/// kernel, a failed offload copy, a failed all-gather of updated params): params and state
+/// may be partly updated. The optimizer refuses step(), save() and reload_model_params()
+/// until a full load() of a checkpoint replaces its state.
+class InconsistentState : public Error {
+ public:
+  using Error::Error;
+};
+
 namespace Impl {
 /// Builds "kopt: <msg> [file:line]".
 inline std::string error_message(const std::string& msg, const char* file, int line) {
@@ -53,6 +68,10 @@ inline std::string error_message(const std::string& msg, const char* file, int l
   out << "kopt: " << msg << " [" << file << ':' << line << ']';
   return out.str();
 }
+/// The message of the exception being handled (call inside a catch block).
+std::string what_of_current();
+/// Throws kopt::NotInitialized naming `who` unless Kokkos is initialized (and not finalized).
+void require_kokkos(const char* who);
 }  // namespace Impl
 
 }  // namespace kopt

@@ -68,6 +68,12 @@ class FusedAdam {
   /// different engines add up to bitwise the same total.
   void grad_sums_of_squares(std::vector<double>& per_param);
 
+  /// Allocates whatever the next step() needs (state of new params, the chunk tables for the
+  /// params that have grads now). step() calls it first; called before, it makes the step
+  /// itself free of allocation. On failure (std::bad_alloc, a Kokkos allocation error) every
+  /// value is as before and a later call retries.
+  void prepare_step();
+
   /// One Adam/AdamW step of every param that has a grad, with the grads multiplied by
   /// `grad_scale` (unscale / clip; must be finite). Enqueues the work on the execution space
   /// instance and returns without waiting: fence it before reading params on the host.
@@ -107,10 +113,9 @@ class FusedAdam {
   };
 
   void ensure_state_();
-  void plan_step_();
   void fill_slots_(double grad_scale, bool with_scalars);
   void widen_masters_(std::size_t first);
-  void build_classes_(const std::vector<int>& signature);
+  void build_classes_(const std::vector<int>& signature, const std::vector<ClassKey>& keys);
   FloatView grow_(const FloatView& old, std::int64_t n, const char* what);
 
   ExecSpace exec_;
@@ -119,6 +124,7 @@ class FusedAdam {
   FloatView exp_avg_, exp_avg_sq_, max_exp_avg_sq_, master_;
   Kokkos::View<Impl::AdamSlot*, memory_space> slots_;
   typename Kokkos::View<Impl::AdamSlot*, memory_space>::HostMirror slots_host_;
+  std::size_t widened_ = 0;     ///< entries whose fp32 masters hold their params' values
   std::vector<int> signature_;  ///< per entry: kernel class + 1, or 0 if skipped
   std::vector<KernelClass> classes_;
   Impl::GradNorms<ExecSpace> norms_;  ///< over every present grad, any class

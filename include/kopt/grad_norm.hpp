@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <kopt/adam_kernel.hpp>
+#include <kopt/impl/fault_injection.hpp>
 #include <string>
 #include <vector>
 
@@ -91,13 +92,19 @@ class GradNorms {
  public:
   using memory_space = typename ExecSpace::memory_space;
 
-  /// Sets the chunk table; each param's chunks must be contiguous and in order.
+  /// Sets the chunk table; each param's chunks must be contiguous and in order. All or
+  /// nothing: on an allocation failure the old table stays.
   void set_chunks(const ExecSpace& exec, const std::string& label, const std::vector<Chunk>& chunks) {
-    chunks_host_ = chunks;
-    chunks_ = upload_chunks(exec, label + "::norm_chunks", chunks);
-    partials_ = Kokkos::View<double*, memory_space>(
+    std::vector<Chunk> chunks_host = chunks;
+    auto table = upload_chunks(exec, label + "::norm_chunks", chunks);
+    allocation_point(label + "::norm_partials");
+    Kokkos::View<double*, memory_space> partials(
         Kokkos::view_alloc(Kokkos::WithoutInitializing, label + "::norm_partials"), chunks.size());
-    partials_host_ = Kokkos::create_mirror_view(partials_);
+    auto partials_host = Kokkos::create_mirror_view(partials);
+    chunks_host_.swap(chunks_host);
+    chunks_ = table;
+    partials_ = partials;
+    partials_host_ = partials_host;
   }
 
   /// per_slot[s] = sum of squares of the grads of slot s (0 for a slot without chunks), in

@@ -15,12 +15,14 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace kopt {
 
 namespace Impl {
 class Engine;
+struct HostParamState;
 class ShardPlan;
 }  // namespace Impl
 
@@ -131,6 +133,13 @@ class HybridOptimizer {
     std::size_t ordinal;  ///< registration order, across groups
   };
   const Placement& find_(const std::string& name) const;
+  /// Throws kopt::InconsistentState naming `call` after a step that failed part-way.
+  void check_consistent_(const char* call) const;
+  StepStats skip_(StepStats stats);  ///< a step skipped whole (non-finite grads)
+  /// load()'s second half: puts checked configs, step counts and states in place.
+  void apply_loaded_(const std::vector<AdamConfig>& configs,
+                     const std::vector<bool>& config_found, const std::vector<std::int64_t>& steps,
+                     const std::vector<std::pair<std::size_t, Impl::HostParamState>>& states);
   Communicator& world_();  ///< the sharding communicator, or a world of one
 
   std::vector<ParamGroup> groups_;
@@ -145,6 +154,7 @@ class HybridOptimizer {
   std::vector<double> norm_by_param_, norm_scratch_;
   std::unique_ptr<Impl::ShardPlan> shards_;  ///< with ShardingOptions only
   std::vector<std::int64_t> sharded_steps_;  ///< per ordinal, when sharded
+  std::string failed_step_;  ///< why the state may be partly updated; empty: it is not
 };
 
 }  // namespace kopt

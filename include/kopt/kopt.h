@@ -24,6 +24,8 @@ typedef enum {
   KOPT_ERROR_CHECKPOINT = 4,
   KOPT_ERROR_BACKEND = 5,
   KOPT_ERROR_OTHER = 6,
+  KOPT_ERROR_NOT_INITIALIZED = 7,   /* Kokkos not initialized, or already finalized */
+  KOPT_ERROR_INCONSISTENT_STATE = 8, /* a step failed part-way: load a checkpoint */
   KOPT_STATUS_FORCE_INT32 = 0x7fffffff
 } kopt_status;
 
@@ -42,13 +44,13 @@ typedef enum {
 /* One group's hyperparameters; kopt_adam_config_default() gives torch AdamW's. */
 typedef struct {
   double lr, beta1, beta2, eps, weight_decay;
-  int32_t decoupled, amsgrad, bias_correction, maximize; /* 0 or 1 */
+  int32_t decoupled, amsgrad, bias_correction, maximize; /* 0 or 1; anything else is refused */
 } kopt_adam_config;
 
 typedef struct {
-  double max_grad_norm;  /* clip the global grad norm to this; <= 0: no clipping */
-  int32_t loss_scaling;  /* 1: dynamic loss scaling (torch GradScaler's defaults) */
-  double init_scale;     /* with loss_scaling; <= 0: 65536 */
+  double max_grad_norm;  /* clip the global grad norm to this; <= 0: no clipping; NaN refused */
+  int32_t loss_scaling;  /* 1: dynamic loss scaling (torch GradScaler's defaults); 0: off */
+  double init_scale;     /* with loss_scaling; <= 0: 65536; NaN refused */
 } kopt_options;
 
 typedef struct {
@@ -65,7 +67,8 @@ const char* kopt_last_error(void);
 void kopt_adam_config_default(kopt_adam_config* config);
 void kopt_options_default(kopt_options* options);
 
-/* Kokkos::initialize / finalize, for codes that do not run Kokkos themselves. */
+/* Kokkos::initialize / finalize, for codes that do not run Kokkos themselves. kopt_finalize
+ * refuses (KOPT_ERROR_INVALID_ARGUMENT) while an optimizer created here still exists. */
 kopt_status kopt_initialize(void);
 kopt_status kopt_finalize(void);
 

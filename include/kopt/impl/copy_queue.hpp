@@ -53,5 +53,9 @@ HostCopyWorkers host_copy_workers();
 /// slow link, so a pipeline that reads a copy before waiting for it fails every time, not
 /// by chance. A slower to_device direction exposes a staging buffer reused too early.
 void set_host_copy_latency(std::chrono::microseconds to_host, std::chrono::microseconds to_device);
+/// Test hook: the host queue copy after `copies` more copies fails (its bytes are not
+/// copied; the next wait on its queue throws kopt::BackendError), as a device copy can;
+/// then the hook turns itself off. Negative (the default): off.
+void set_host_copy_failure_after(std::int64_t copies);
 
 }  // namespace kopt::Impl

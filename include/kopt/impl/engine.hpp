@@ -32,6 +32,9 @@ class Engine {
   /// Per param of this engine, in the order they were added: the sum of squares of its grad
   /// (0 without one), computed where the grads live. Blocks.
   virtual void grad_sums_of_squares(std::vector<double>& per_param) = 0;
+  /// Allocates and plans everything the next step() needs (state of new params, chunk
+  /// tables); on failure nothing changed. After it, step() only launches work.
+  virtual void prepare_step() = 0;
   virtual void step(double grad_scale) = 0;
   virtual void reload_model_params() = 0;
   virtual void fence() = 0;
@@ -75,6 +78,7 @@ class EngineFor final : public Engine {
   void grad_sums_of_squares(std::vector<double>& per_param) override {
     adam_.grad_sums_of_squares(per_param);
   }
+  void prepare_step() override { adam_.prepare_step(); }
   void step(double grad_scale) override { adam_.step(grad_scale); }
   void reload_model_params() override { adam_.reload_model_params(); }
   void fence() override { Impl::fence(adam_.exec(), "kopt::HybridOptimizer::fence"); }

@@ -10,6 +10,7 @@
 #include <kopt/error.hpp>
 #include <kopt/fused_adam.hpp>
 #include <kopt/grad_norm.hpp>
+#include <kopt/impl/fault_injection.hpp>
 #include <utility>
 
 namespace kopt {
@@ -59,6 +60,7 @@ typename FusedAdam<ExecSpace>::FloatView FusedAdam<ExecSpace>::grow_(const Float
                                                                      std::int64_t n,
                                                                      const char* what) {
   if (static_cast<std::int64_t>(old.extent(0)) == n) return old;
+  Impl::allocation_point(label_ + "::" + what);
   // Zero-filled on our instance: fresh moments start at 0.
   FloatView grown(Kokkos::view_alloc(exec_, label_ + "::" + what), n);
   if (old.extent(0) > 0)
@@ -69,23 +71,36 @@ typename FusedAdam<ExecSpace>::FloatView FusedAdam<ExecSpace>::grow_(const Float
 
 template <class ExecSpace>
 void FusedAdam<ExecSpace>::ensure_state_() {
+  // Exception-safe by construction: each array is replaced only by a complete, larger copy,
+  // and the masters of new params count as initialized only once widened. A failure
+  // (allocation, launch) leaves every value as it was, and the next call finishes the work.
+  Impl::require_kokkos(label_.c_str());
   const auto [moments, masters] = registry_.lay_out();
   bool need_max = false;
   for (std::size_t g = 0; g < registry_.num_groups(); ++g) need_max |= registry_.config(g).amsgrad;
-  const bool grew = registry_.first_new() < registry_.size();
-  if (!grew && !(need_max && max_exp_avg_sq_.extent(0) != exp_avg_.extent(0))) return;
+  const auto sized = [&](const FloatView& v, std::int64_t n) {
+    return static_cast<std::int64_t>(v.extent(0)) == n;
+  };
+  const bool max_ok = sized(max_exp_avg_sq_, moments) || (!need_max && max_exp_avg_sq_.extent(0) == 0);
+  if (sized(exp_avg_, moments) && sized(exp_avg_sq_, moments) && max_ok &&
+      sized(master_, masters) && slots_.extent(0) == registry_.size() &&
+      widened_ == registry_.size())
+    return;
   exp_avg_ = grow_(exp_avg_, moments, "exp_avg");
   exp_avg_sq_ = grow_(exp_avg_sq_, moments, "exp_avg_sq");
   if (need_max || max_exp_avg_sq_.extent(0) > 0)
     max_exp_avg_sq_ = grow_(max_exp_avg_sq_, moments, "max_exp_avg_sq");
   master_ = grow_(master_, masters, "master");
   if (slots_.extent(0) != registry_.size()) {
-    slots_ = decltype(slots_)(Kokkos::view_alloc(exec_, label_ + "::slots"), registry_.size());
-    slots_host_ = Kokkos::create_mirror_view(slots_);
+    Impl::allocation_point(label_ + "::slots");
+    decltype(slots_) slots(Kokkos::view_alloc(exec_, label_ + "::slots"), registry_.size());
+    slots_host_ = Kokkos::create_mirror_view(slots);
+    slots_ = slots;
   }
+  signature_.clear();  // arrays moved: rebuild the chunk tables
   fill_slots_(1.0, false);
-  if (grew) widen_masters_(registry_.first_new());
-  signature_.clear();  // new entries: rebuild the chunk tables
+  widen_masters_(widened_);
+  widened_ = registry_.size();
 }
 
 template <class ExecSpace>
@@ -136,23 +151,29 @@ void FusedAdam<ExecSpace>::widen_masters_(std::size_t first) {
 }
 
 template <class ExecSpace>
-void FusedAdam<ExecSpace>::build_classes_(const std::vector<int>& signature) {
-  std::vector<std::vector<Impl::Chunk>> lists(classes_.size());
+void FusedAdam<ExecSpace>::build_classes_(const std::vector<int>& signature,
+                                          const std::vector<ClassKey>& keys) {
+  // Built aside and swapped in: a failed upload leaves the old plan, which the signature
+  // still describes.
+  std::vector<KernelClass> classes(keys.size());
+  std::vector<std::vector<Impl::Chunk>> lists(keys.size());
   for (std::size_t i = 0; i < signature.size(); ++i)
     if (signature[i] > 0)
       Impl::append_chunks(lists[signature[i] - 1], i, registry_[i].param.numel,
                           Impl::chunk_size<ExecSpace>);
   std::vector<Impl::Chunk> all;
-  for (std::size_t c = 0; c < classes_.size(); ++c) {
-    classes_[c].chunks = Impl::upload_chunks(exec_, label_ + "::chunks", lists[c]);
+  for (std::size_t c = 0; c < keys.size(); ++c) {
+    classes[c].key = keys[c];
+    classes[c].chunks = Impl::upload_chunks(exec_, label_ + "::chunks", lists[c]);
     all.insert(all.end(), lists[c].begin(), lists[c].end());
   }
-  norms_.set_chunks(exec_, label_, all);
+  norms_.set_chunks(exec_, label_, all);  // the last step that may fail: all or nothing
+  classes_.swap(classes);
   signature_ = signature;
 }
 
 template <class ExecSpace>
-void FusedAdam<ExecSpace>::plan_step_() {
+void FusedAdam<ExecSpace>::prepare_step() {
   ensure_state_();
   // Which kernel class each param falls in this step (0: no grad, skipped).
   std::vector<int>& signature = next_signature_;  // members: no host allocation per step
@@ -171,17 +192,13 @@ void FusedAdam<ExecSpace>::plan_step_() {
       keys.size() == classes_.size() &&
       std::equal(keys.begin(), keys.end(), classes_.begin(),
                  [](const ClassKey& k, const KernelClass& c) { return k == c.key; });
-  if (!same_keys || signature != signature_) {
-    classes_.assign(keys.size(), KernelClass{});
-    for (std::size_t c = 0; c < keys.size(); ++c) classes_[c].key = keys[c];
-    build_classes_(signature);
-  }
+  if (!same_keys || signature != signature_) build_classes_(signature, keys);
 }
 
 template <class ExecSpace>
 void FusedAdam<ExecSpace>::grad_sums_of_squares(std::vector<double>& per_param) {
   registry_.validate_configs();
-  plan_step_();
+  prepare_step();
   fill_slots_(1.0, false);  // grad pointers and dtypes of this step
   per_param.resize(registry_.size());
   norms_.sums(exec_, label_ + "::grad_sum_of_squares", slots_, per_param);
@@ -200,7 +217,7 @@ void FusedAdam<ExecSpace>::step(double grad_scale) {
   KOPT_THROW_IF(!std::isfinite(grad_scale),
                 label_ << ": step(grad_scale = " << grad_scale << "): grad_scale must be finite");
   registry_.validate_configs();
-  plan_step_();
+  prepare_step();
   fill_slots_(grad_scale, true);
   for (const KernelClass& kc : classes_)
     Impl::launch_update(exec_, label_ + "::update", kc.key.param, kc.key.grad, kc.key.amsgrad,

@@ -50,6 +50,7 @@ class OffloadEngine final : public Engine {
     registry_.rebind(name, param, grad);
   }
   void grad_sums_of_squares(std::vector<double>& per_param) override;
+  void prepare_step() override { plan_(); }
   void step(double grad_scale) override;
   void reload_model_params() override;
   void fence() override {}  // step() and reload_model_params() return with all copies done
@@ -91,6 +92,7 @@ class OffloadEngine final : public Engine {
 
   void ensure_state_();
   void plan_();
+  void build_plan_();  ///< batches, slots and norm chunks for signature_
   void build_batches_(const std::vector<std::size_t>& entries, bool with_kernels);
   unsigned char* grad_stage_(std::size_t batch) const;
   unsigned char* param_stage_(std::size_t batch) const;
@@ -108,6 +110,7 @@ class OffloadEngine final : public Engine {
   OffloadOptions options_;
   std::string label_;
   ParamRegistry registry_;
+  std::size_t loaded_ = 0;  ///< entries whose masters hold their params' values
   HostFloats exp_avg_, exp_avg_sq_, max_exp_avg_sq_, master_;  ///< master of every param
   Kokkos::View<unsigned char*, StateMem> staging_;             ///< per buffer: grads, then params
 

@@ -65,13 +65,22 @@ void OffloadEngine<DeviceExec, StateMem>::drain_queues_() noexcept {
 
 template <class DeviceExec, class StateMem>
 void OffloadEngine<DeviceExec, StateMem>::ensure_state_() {
+  // Exception-safe as FusedAdam's: each array is replaced only by a complete, larger copy,
+  // and new params' masters count only once loaded; a failure leaves every value as it was.
+  require_kokkos(label_.c_str());
   const std::int64_t moments = registry_.lay_out().first;
   bool need_max = false;
   for (std::size_t g = 0; g < registry_.num_groups(); ++g) need_max |= registry_.config(g).amsgrad;
-  const bool grew = registry_.first_new() < registry_.size();
-  if (!grew && !(need_max && max_exp_avg_sq_.extent(0) != exp_avg_.extent(0))) return;
+  const auto sized = [&](const HostFloats& v) {
+    return static_cast<std::int64_t>(v.extent(0)) == moments;
+  };
+  const bool max_ok = sized(max_exp_avg_sq_) || (!need_max && max_exp_avg_sq_.extent(0) == 0);
+  if (sized(exp_avg_) && sized(exp_avg_sq_) && max_ok && sized(master_) &&
+      staging_.extent(0) > 0 && loaded_ == registry_.size())
+    return;
   const auto grow = [&](const HostFloats& old, const char* what) {
     if (static_cast<std::int64_t>(old.extent(0)) == moments) return old;
+    allocation_point(label_ + "::" + what);
     HostFloats grown(Kokkos::view_alloc(host_, label_ + "::" + what), moments);  // zeros
     if (old.extent(0) > 0)
       Kokkos::deep_copy(host_,
@@ -83,14 +92,17 @@ void OffloadEngine<DeviceExec, StateMem>::ensure_state_() {
   if (need_max || max_exp_avg_sq_.extent(0) > 0)
     max_exp_avg_sq_ = grow(max_exp_avg_sq_, "max_exp_avg_sq");
   master_ = grow(master_, "master");  // every param's, f32 ones included
-  if (staging_.extent(0) == 0)
+  if (staging_.extent(0) == 0) {
+    allocation_point(label_ + "::staging");
     staging_ = decltype(staging_)(
         Kokkos::view_alloc(Kokkos::WithoutInitializing, label_ + "::staging"),
         static_cast<std::size_t>(options_.staging_buffers * options_.chunk_elements * 2 *
                                  offload_detail::stride));
+  }
   Impl::fence(host_, label_ + "::state");
-  if (grew) reload_(registry_.first_new());  // masters start from the params
-  signature_.clear();                        // buffers moved: rebuild the plan
+  signature_.clear();  // buffers moved: rebuild the plan
+  reload_(loaded_);    // masters start from the params
+  loaded_ = registry_.size();
 }
 
 template <class DeviceExec, class StateMem>
@@ -166,6 +178,16 @@ void OffloadEngine<DeviceExec, StateMem>::plan_() {
   if (signature == signature_ && keys == keys_) return;
   signature_ = signature;
   keys_ = keys;
+  try {
+    build_plan_();
+  } catch (...) {
+    signature_.clear();  // no plan cached: the next call builds it again
+    throw;
+  }
+}
+
+template <class DeviceExec, class StateMem>
+void OffloadEngine<DeviceExec, StateMem>::build_plan_() {
   std::vector<std::size_t> entries;
   std::vector<Chunk> norm_chunks;
   for (std::size_t i = 0; i < registry_.size(); ++i)
@@ -191,8 +213,10 @@ void OffloadEngine<DeviceExec, StateMem>::plan_() {
     }
   norms_.set_chunks(device_, label_, norm_chunks);
   if (device_slots_.extent(0) != registry_.size()) {
-    device_slots_ = decltype(device_slots_)(label_ + "::device_slots", registry_.size());
-    device_slots_host_ = Kokkos::create_mirror_view(device_slots_);
+    allocation_point(label_ + "::device_slots");
+    decltype(device_slots_) slots(label_ + "::device_slots", registry_.size());
+    device_slots_host_ = Kokkos::create_mirror_view(slots);
+    device_slots_ = slots;
   }
 }
 

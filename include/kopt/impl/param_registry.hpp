@@ -20,6 +20,12 @@ constexpr SpaceMask mask_of(MemorySpace s) { return 1u << static_cast<unsigned>(
 /// Whether an engine can update params of `dtype` (its kernels are instantiated for it).
 bool is_update_dtype(DType dtype);
 
+/// The checks every tensor handed to kopt passes, whoever takes it: numel >= 0, not null
+/// when it has elements, a dtype kopt updates, numel * element size fits in 63 bits, and
+/// shard metadata inside its global tensor. Messages start with `owner` and name the param.
+void check_tensor_fields(const std::string& owner, const std::string& name, const char* what,
+                         const Tensor& t);
+
 struct ParamEntry {
   std::string name;
   Tensor param;
