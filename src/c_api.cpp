@@ -3,10 +3,10 @@
 #include <kopt/kopt.h>
 
 #include <Kokkos_Core.hpp>
-#include <kopt/error.hpp>
-#include <kopt/hybrid_optimizer.hpp>
 #include <atomic>
 #include <cmath>
+#include <kopt/error.hpp>
+#include <kopt/hybrid_optimizer.hpp>
 #include <memory>
 #include <string>
 #include <vector>
@@ -262,8 +262,8 @@ kopt_status kopt_save(kopt_optimizer* optimizer, const char* path) {
 
 kopt_status kopt_load(kopt_optimizer* optimizer, const char* path, int32_t partial) {
   return guard([&] {
-    deref(optimizer, "optimizer").opt->load(name_arg(path),
-                                            kopt::LoadOptions{flag(partial, "partial")});
+    deref(optimizer, "optimizer")
+        .opt->load(name_arg(path), kopt::LoadOptions{flag(partial, "partial")});
   });
 }
 

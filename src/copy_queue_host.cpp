@@ -67,7 +67,7 @@ CpuSet worker_cpus() { return {}; }
 void bind_this_thread(const CpuSet&) {}
 #endif
 
-std::atomic<std::int64_t> latency_us[2] = {0, 0};  // by CopyDirection
+std::atomic<std::int64_t> latency_us[2] = {0, 0};     // by CopyDirection
 std::atomic<std::int64_t> copies_before_failure{-1};  // the failure test hook; < 0: off
 
 // Whether the test hook fails this copy: counts down to 0, fails that one copy, turns off.
@@ -82,8 +82,7 @@ std::atomic<HostCopyWorkers> workers{HostCopyWorkers::shared};
 class HostCopyQueue final : public CopyQueue {
  public:
   explicit HostCopyQueue(CopyDirection direction)
-      : latency_(latency_us[static_cast<int>(direction)]),
-        worker_([this, cpus = worker_cpus()] {
+      : latency_(latency_us[static_cast<int>(direction)]), worker_([this, cpus = worker_cpus()] {
           bind_this_thread(cpus);
           run_();
         }) {}
@@ -114,7 +113,8 @@ class HostCopyQueue final : public CopyQueue {
     landed_.wait(lock, [&] { return completed_ >= ticket; });
     // Reported once, to the first waiter after it, as a stream reports an async error.
     const bool failed = std::exchange(failed_, false);
-    KOPT_THROW_IF_AS(BackendError, failed, "a host offload copy failed (injected by the test hook)");
+    KOPT_THROW_IF_AS(BackendError, failed,
+                     "a host offload copy failed (injected by the test hook)");
   }
 
  private:
@@ -148,7 +148,7 @@ class HostCopyQueue final : public CopyQueue {
   std::deque<Copy> pending_;
   Ticket enqueued_ = 0, completed_ = 0;
   bool stop_ = false;
-  bool failed_ = false;  // a copy failed and no wait has reported it yet
+  bool failed_ = false;                       // a copy failed and no wait has reported it yet
   const std::atomic<std::int64_t>& latency_;  // the test hook's, for this direction
   std::thread worker_;  // last: starts after everything it reads is constructed
 };

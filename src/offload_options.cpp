@@ -24,9 +24,8 @@ std::vector<bool> select_offloaded(const std::vector<std::size_t>& state_bytes,
   options.validate();
   std::vector<std::size_t> order(state_bytes.size());
   std::iota(order.begin(), order.end(), std::size_t{0});
-  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-    return state_bytes[a] > state_bytes[b];
-  });
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t a, std::size_t b) { return state_bytes[a] > state_bytes[b]; });
   const double total = std::accumulate(state_bytes.begin(), state_bytes.end(), 0.0);
   double taken = 0.0;
   const auto done = [&] {

@@ -44,10 +44,9 @@ void check_tensor_fields(const std::string& owner, const std::string& name, cons
                                            << t.numel << ": numel * " << size_of(t.dtype)
                                            << " bytes overflows");
   KOPT_THROW_IF(t.is_shard() && (t.global_offset < 0 || t.global_offset > t.global_numel - t.numel),
-                owner << ": " << what << " of '" << name << "' claims elements ["
-                      << t.global_offset << ", " << t.global_offset << " + " << t.numel
-                      << ") of a tensor of " << t.global_numel
-                      << " (global_offset + numel > global_numel)");
+                owner << ": " << what << " of '" << name << "' claims elements [" << t.global_offset
+                      << ", " << t.global_offset << " + " << t.numel << ") of a tensor of "
+                      << t.global_numel << " (global_offset + numel > global_numel)");
 }
 
 void ParamRegistry::check_tensor_(const std::string& name, const char* what,

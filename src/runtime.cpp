@@ -43,7 +43,6 @@ std::string what_of_current() {
   }
 }
 
-
 void require_kokkos(const char* who) {
   KOPT_THROW_IF_AS(NotInitialized, !Kokkos::is_initialized(),
                    who << ": Kokkos is not initialized (or was already finalized): initialize it "

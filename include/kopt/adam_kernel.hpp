@@ -8,14 +8,14 @@
 /// Per-tensor pointers and step scalars sit in a slot table, read once per chunk.
 
 #include <Kokkos_Core.hpp>
+#include <algorithm>
+#include <cassert>
 #include <cstdint>
 #include <kopt/adam_update.hpp>
 #include <kopt/compat.hpp>
 #include <kopt/impl/fault_injection.hpp>
 #include <kopt/storage_types.hpp>
 #include <kopt/tensor.hpp>
-#include <algorithm>
-#include <cassert>
 #include <string>
 #include <type_traits>
 #include <vector>

@@ -94,7 +94,8 @@ class GradNorms {
 
   /// Sets the chunk table; each param's chunks must be contiguous and in order. All or
   /// nothing: on an allocation failure the old table stays.
-  void set_chunks(const ExecSpace& exec, const std::string& label, const std::vector<Chunk>& chunks) {
+  void set_chunks(const ExecSpace& exec, const std::string& label,
+                  const std::vector<Chunk>& chunks) {
     std::vector<Chunk> chunks_host = chunks;
     auto table = upload_chunks(exec, label + "::norm_chunks", chunks);
     allocation_point(label + "::norm_partials");

@@ -137,8 +137,8 @@ class HybridOptimizer {
   void check_consistent_(const char* call) const;
   StepStats skip_(StepStats stats);  ///< a step skipped whole (non-finite grads)
   /// load()'s second half: puts checked configs, step counts and states in place.
-  void apply_loaded_(const std::vector<AdamConfig>& configs,
-                     const std::vector<bool>& config_found, const std::vector<std::int64_t>& steps,
+  void apply_loaded_(const std::vector<AdamConfig>& configs, const std::vector<bool>& config_found,
+                     const std::vector<std::int64_t>& steps,
                      const std::vector<std::pair<std::size_t, Impl::HostParamState>>& states);
   Communicator& world_();  ///< the sharding communicator, or a world of one
 

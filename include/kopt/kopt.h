@@ -24,14 +24,19 @@ typedef enum {
   KOPT_ERROR_CHECKPOINT = 4,
   KOPT_ERROR_BACKEND = 5,
   KOPT_ERROR_OTHER = 6,
-  KOPT_ERROR_NOT_INITIALIZED = 7,   /* Kokkos not initialized, or already finalized */
+  KOPT_ERROR_NOT_INITIALIZED = 7,    /* Kokkos not initialized, or already finalized */
   KOPT_ERROR_INCONSISTENT_STATE = 8, /* a step failed part-way: load a checkpoint */
   KOPT_STATUS_FORCE_INT32 = 0x7fffffff
 } kopt_status;
 
 /* The *_FORCE_INT32 values keep every enum an int-sized type that holds any int, so a bad
  * value passed in is refused with an error instead of being undefined behaviour in C++. */
-typedef enum { KOPT_F32 = 0, KOPT_BF16 = 1, KOPT_F16 = 2, KOPT_DTYPE_FORCE_INT32 = 0x7fffffff } kopt_dtype;
+typedef enum {
+  KOPT_F32 = 0,
+  KOPT_BF16 = 1,
+  KOPT_F16 = 2,
+  KOPT_DTYPE_FORCE_INT32 = 0x7fffffff
+} kopt_dtype;
 
 typedef enum {
   KOPT_HOST = 0,
@@ -48,16 +53,16 @@ typedef struct {
 } kopt_adam_config;
 
 typedef struct {
-  double max_grad_norm;  /* clip the global grad norm to this; <= 0: no clipping; NaN refused */
-  int32_t loss_scaling;  /* 1: dynamic loss scaling (torch GradScaler's defaults); 0: off */
-  double init_scale;     /* with loss_scaling; <= 0: 65536; NaN refused */
+  double max_grad_norm; /* clip the global grad norm to this; <= 0: no clipping; NaN refused */
+  int32_t loss_scaling; /* 1: dynamic loss scaling (torch GradScaler's defaults); 0: off */
+  double init_scale;    /* with loss_scaling; <= 0: 65536; NaN refused */
 } kopt_options;
 
 typedef struct {
-  double grad_norm;   /* NaN when neither clipping nor loss scaling is on */
+  double grad_norm; /* NaN when neither clipping nor loss scaling is on */
   double clip_factor;
-  int32_t skipped;    /* 1: non-finite grads, nothing was updated */
-  double loss_scale;  /* for the next backward pass */
+  int32_t skipped;   /* 1: non-finite grads, nothing was updated */
+  double loss_scale; /* for the next backward pass */
 } kopt_step_stats;
 
 typedef struct kopt_groups kopt_groups;
@@ -79,9 +84,9 @@ void kopt_groups_destroy(kopt_groups* groups);
 kopt_status kopt_groups_add_group(kopt_groups* groups, const kopt_adam_config* config,
                                   int32_t host_state, size_t* index);
 /* A named param of `numel` elements and its grad (NULL: none yet), both in `space`. */
-kopt_status kopt_groups_add_param(kopt_groups* groups, size_t group, const char* name,
-                                  void* param, kopt_dtype param_dtype, void* grad,
-                                  kopt_dtype grad_dtype, int64_t numel, kopt_memory_space space);
+kopt_status kopt_groups_add_param(kopt_groups* groups, size_t group, const char* name, void* param,
+                                  kopt_dtype param_dtype, void* grad, kopt_dtype grad_dtype,
+                                  int64_t numel, kopt_memory_space space);
 
 /* Checks everything, then builds the optimizer; `groups` can be destroyed afterwards. */
 kopt_status kopt_optimizer_create(const kopt_groups* groups, const kopt_options* options,
@@ -91,7 +96,8 @@ void kopt_optimizer_destroy(kopt_optimizer* optimizer);
 kopt_status kopt_step(kopt_optimizer* optimizer, kopt_step_stats* stats /* may be NULL */);
 kopt_status kopt_get_config(kopt_optimizer* optimizer, size_t group, kopt_adam_config* config);
 /* Replaces a group's config between steps (validated first). */
-kopt_status kopt_set_config(kopt_optimizer* optimizer, size_t group, const kopt_adam_config* config);
+kopt_status kopt_set_config(kopt_optimizer* optimizer, size_t group,
+                            const kopt_adam_config* config);
 kopt_status kopt_set_lr(kopt_optimizer* optimizer, size_t group, double lr);
 /* A new grad for `name` (NULL: no gradient this step). */
 kopt_status kopt_set_grad(kopt_optimizer* optimizer, const char* name, void* grad,

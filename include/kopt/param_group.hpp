@@ -2,8 +2,8 @@
 /// \file
 /// kopt::ParamGroup: one group's hyperparameters and its named parameters.
 
-#include <kopt/adam_config.hpp>
 #include <cstdint>
+#include <kopt/adam_config.hpp>
 #include <kopt/tensor.hpp>
 #include <string>
 #include <vector>

@@ -81,7 +81,8 @@ void FusedAdam<ExecSpace>::ensure_state_() {
   const auto sized = [&](const FloatView& v, std::int64_t n) {
     return static_cast<std::int64_t>(v.extent(0)) == n;
   };
-  const bool max_ok = sized(max_exp_avg_sq_, moments) || (!need_max && max_exp_avg_sq_.extent(0) == 0);
+  const bool max_ok =
+      sized(max_exp_avg_sq_, moments) || (!need_max && max_exp_avg_sq_.extent(0) == 0);
   if (sized(exp_avg_, moments) && sized(exp_avg_sq_, moments) && max_ok &&
       sized(master_, masters) && slots_.extent(0) == registry_.size() &&
       widened_ == registry_.size())

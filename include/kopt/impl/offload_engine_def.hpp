@@ -75,8 +75,8 @@ void OffloadEngine<DeviceExec, StateMem>::ensure_state_() {
     return static_cast<std::int64_t>(v.extent(0)) == moments;
   };
   const bool max_ok = sized(max_exp_avg_sq_) || (!need_max && max_exp_avg_sq_.extent(0) == 0);
-  if (sized(exp_avg_) && sized(exp_avg_sq_) && max_ok && sized(master_) &&
-      staging_.extent(0) > 0 && loaded_ == registry_.size())
+  if (sized(exp_avg_) && sized(exp_avg_sq_) && max_ok && sized(master_) && staging_.extent(0) > 0 &&
+      loaded_ == registry_.size())
     return;
   const auto grow = [&](const HostFloats& old, const char* what) {
     if (static_cast<std::int64_t>(old.extent(0)) == moments) return old;
