@@ -25,8 +25,24 @@ inline std::vector<unsigned char> read_bytes(const std::filesystem::path& file) 
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
-// `dir`: a directory shared by every rank of a sharded optimizer (save is collective);
-// each rank reads its own data file.
+// The state blocks of rank `rank`'s data file of the checkpoint in `dir`, past the header
+// (which names the save, not the state).
+inline std::vector<unsigned char> saved_state(const std::filesystem::path& dir, int rank = 0) {
+  const std::string suffix = "-r" + std::to_string(rank) + ".kopt";
+  std::vector<unsigned char> state;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    const std::string file = entry.path().filename().string();
+    if (file.rfind("data-", 0) == 0 && file.size() > suffix.size() &&
+        file.compare(file.size() - suffix.size(), suffix.size(), suffix) == 0) {
+      state = read_bytes(entry.path());
+      state.erase(state.begin(), state.begin() + std::min<std::size_t>(32, state.size()));
+    }
+  }
+  EXPECT_FALSE(state.empty()) << "no data file of rank " << rank << " in " << dir;
+  return state;
+}
+
+// `dir`: a directory shared by every rank of a sharded optimizer (save is collective).
 inline Snapshot take_snapshot(CheckpointModel& m, const std::filesystem::path& dir, int rank = 0) {
   Snapshot s;
   for (std::size_t j = 0; j < m.defs.size(); ++j) {
@@ -37,16 +53,7 @@ inline Snapshot take_snapshot(CheckpointModel& m, const std::filesystem::path& d
   for (std::size_t g = 0; g < m.opt->num_groups(); ++g)
     s.configs.push_back(m.opt->group(g).config());
   m.opt->save(dir.string());
-  const std::string suffix = "-r" + std::to_string(rank) + ".kopt";
-  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
-    const std::string file = entry.path().filename().string();
-    if (file.rfind("data-", 0) == 0 && file.size() > suffix.size() &&
-        file.compare(file.size() - suffix.size(), suffix.size(), suffix) == 0) {
-      s.state = read_bytes(entry.path());
-      s.state.erase(s.state.begin(), s.state.begin() + std::min<std::size_t>(32, s.state.size()));
-    }
-  }
-  EXPECT_FALSE(s.state.empty()) << "no data file of rank " << rank << " in " << dir;
+  s.state = saved_state(dir, rank);
   return s;
 }
 
