@@ -9,34 +9,12 @@
 #include <kopt/mpi_communicator.hpp>
 
 #include "../checkpoint_model.hpp"
+#include "shared_dir.hpp"
 
 namespace {
 
 using kopt_test::CheckpointModel;
-
-// A directory all ranks share (this machine's temporary directory), removed at the end.
-struct SharedDir {
-  std::string path;
-  SharedDir() {
-    int rank = 0;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    char buf[256] = {};
-    if (rank == 0) {
-      const auto p = std::filesystem::temp_directory_path() /
-                     ("kopt-mpi-" + std::to_string(std::random_device{}()));
-      std::snprintf(buf, sizeof(buf), "%s", p.string().c_str());
-    }
-    MPI_Bcast(buf, sizeof(buf), MPI_CHAR, 0, MPI_COMM_WORLD);
-    path = buf;
-  }
-  ~SharedDir() {
-    MPI_Barrier(MPI_COMM_WORLD);
-    int rank = 0;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    std::error_code ec;
-    if (rank == 0) std::filesystem::remove_all(path, ec);
-  }
-};
+using kopt_test::SharedDir;
 
 kopt::HybridOptions options(MPI_Comm comm, kopt::ZeroStage stage) {
   kopt::HybridOptions o;
