@@ -26,15 +26,18 @@ typedef enum {
   KOPT_ERROR_OTHER = 6,
   KOPT_ERROR_NOT_INITIALIZED = 7,    /* Kokkos not initialized, or already finalized */
   KOPT_ERROR_INCONSISTENT_STATE = 8, /* a step failed part-way: load a checkpoint */
+  KOPT_STATUS_FORCE_INT32_MIN = -0x7fffffff - 1,
   KOPT_STATUS_FORCE_INT32 = 0x7fffffff
 } kopt_status;
 
-/* The *_FORCE_INT32 values keep every enum an int-sized type that holds any int, so a bad
- * value passed in is refused with an error instead of being undefined behaviour in C++. */
+/* The *_FORCE_INT32(_MIN) values make every enum an int-sized type that holds any int,
+ * negative ones included, so a bad value passed in is refused with an error instead of being
+ * undefined behaviour in C++. */
 typedef enum {
   KOPT_F32 = 0,
   KOPT_BF16 = 1,
   KOPT_F16 = 2,
+  KOPT_DTYPE_FORCE_INT32_MIN = -0x7fffffff - 1,
   KOPT_DTYPE_FORCE_INT32 = 0x7fffffff
 } kopt_dtype;
 
@@ -43,6 +46,7 @@ typedef enum {
   KOPT_CUDA = 1,
   KOPT_CUDA_UVM = 2,
   KOPT_CUDA_HOST_PINNED = 3,
+  KOPT_MEMORY_SPACE_FORCE_INT32_MIN = -0x7fffffff - 1,
   KOPT_MEMORY_SPACE_FORCE_INT32 = 0x7fffffff
 } kopt_memory_space;
 
