@@ -144,7 +144,10 @@ kopt_status kopt_finalize(void) {
 }
 
 kopt_status kopt_groups_create(kopt_groups** groups) {
-  return guard([&] { deref(groups, "groups") = new kopt_groups{}; });
+  return guard([&] {
+    kopt_groups*& out = deref(groups, "groups");  // checked before anything is allocated
+    out = new kopt_groups{};
+  });
 }
 
 void kopt_groups_destroy(kopt_groups* groups) { delete groups; }
