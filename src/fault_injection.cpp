@@ -11,7 +11,7 @@ std::atomic<std::int64_t> passed{0};
 
 void set_allocation_failure_after(std::int64_t n) { fail_after = n; }
 
-void allocation_point(const std::string& /*what*/) {
+void allocation_point() {
   passed.fetch_add(1, std::memory_order_relaxed);
   std::int64_t left = fail_after.load(std::memory_order_relaxed);
   if (left < 0) return;

@@ -59,7 +59,7 @@ inline void append_chunks(std::vector<Chunk>& chunks, std::size_t slot, std::int
 template <class ExecSpace>
 Kokkos::View<Chunk*, typename ExecSpace::memory_space> upload_chunks(
     const ExecSpace& exec, const std::string& label, const std::vector<Chunk>& chunks) {
-  allocation_point(label);
+  allocation_point();
   Kokkos::View<Chunk*, typename ExecSpace::memory_space> dev(
       Kokkos::view_alloc(Kokkos::WithoutInitializing, label), chunks.size());
   Kokkos::View<const Chunk*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> host(

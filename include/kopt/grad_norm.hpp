@@ -98,7 +98,7 @@ class GradNorms {
                   const std::vector<Chunk>& chunks) {
     std::vector<Chunk> chunks_host = chunks;
     auto table = upload_chunks(exec, label + "::norm_chunks", chunks);
-    allocation_point(label + "::norm_partials");
+    allocation_point();
     Kokkos::View<double*, memory_space> partials(
         Kokkos::view_alloc(Kokkos::WithoutInitializing, label + "::norm_partials"), chunks.size());
     auto partials_host = Kokkos::create_mirror_view(partials);

@@ -6,7 +6,6 @@
 /// costs one relaxed atomic load per allocation, and allocations happen only when the set
 /// of params or grads changes, never in a steady-state step.
 #include <cstdint>
-#include <string>
 
 namespace kopt::Impl {
 
@@ -15,8 +14,8 @@ namespace kopt::Impl {
 /// it off.
 void set_allocation_failure_after(std::int64_t n);
 
-/// Marks an allocation of `what`; throws std::bad_alloc when the test hook says this one fails.
-void allocation_point(const std::string& what);
+/// Marks an allocation; throws std::bad_alloc when the test hook says this one fails.
+void allocation_point();
 
 /// Allocation points passed since the process started (tests count them to inject at each).
 std::int64_t allocation_points_passed();

@@ -60,7 +60,7 @@ typename FusedAdam<ExecSpace>::FloatView FusedAdam<ExecSpace>::grow_(const Float
                                                                      std::int64_t n,
                                                                      const char* what) {
   if (static_cast<std::int64_t>(old.extent(0)) == n) return old;
-  Impl::allocation_point(label_ + "::" + what);
+  Impl::allocation_point();
   // Zero-filled on our instance: fresh moments start at 0.
   FloatView grown(Kokkos::view_alloc(exec_, label_ + "::" + what), n);
   if (old.extent(0) > 0)
@@ -93,7 +93,7 @@ void FusedAdam<ExecSpace>::ensure_state_() {
     max_exp_avg_sq_ = grow_(max_exp_avg_sq_, moments, "max_exp_avg_sq");
   master_ = grow_(master_, masters, "master");
   if (slots_.extent(0) != registry_.size()) {
-    Impl::allocation_point(label_ + "::slots");
+    Impl::allocation_point();
     decltype(slots_) slots(Kokkos::view_alloc(exec_, label_ + "::slots"), registry_.size());
     slots_host_ = Kokkos::create_mirror_view(slots);
     slots_ = slots;

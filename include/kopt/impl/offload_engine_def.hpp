@@ -80,7 +80,7 @@ void OffloadEngine<DeviceExec, StateMem>::ensure_state_() {
     return;
   const auto grow = [&](const HostFloats& old, const char* what) {
     if (static_cast<std::int64_t>(old.extent(0)) == moments) return old;
-    allocation_point(label_ + "::" + what);
+    allocation_point();
     HostFloats grown(Kokkos::view_alloc(host_, label_ + "::" + what), moments);  // zeros
     if (old.extent(0) > 0)
       Kokkos::deep_copy(host_,
@@ -93,7 +93,7 @@ void OffloadEngine<DeviceExec, StateMem>::ensure_state_() {
     max_exp_avg_sq_ = grow(max_exp_avg_sq_, "max_exp_avg_sq");
   master_ = grow(master_, "master");  // every param's, f32 ones included
   if (staging_.extent(0) == 0) {
-    allocation_point(label_ + "::staging");
+    allocation_point();
     staging_ = decltype(staging_)(
         Kokkos::view_alloc(Kokkos::WithoutInitializing, label_ + "::staging"),
         static_cast<std::size_t>(options_.staging_buffers * options_.chunk_elements * 2 *
@@ -213,7 +213,7 @@ void OffloadEngine<DeviceExec, StateMem>::build_plan_() {
     }
   norms_.set_chunks(device_, label_, norm_chunks);
   if (device_slots_.extent(0) != registry_.size()) {
-    allocation_point(label_ + "::device_slots");
+    allocation_point();
     decltype(device_slots_) slots(label_ + "::device_slots", registry_.size());
     device_slots_host_ = Kokkos::create_mirror_view(slots);
     device_slots_ = slots;
