@@ -5,14 +5,12 @@
 // (update). overlap = total / max(copy, update): 1.0 is perfect overlap, 2.0 none;
 // of_serial = total / (copy + update).
 // On a host-only build the "device" is host memory and the copy queues are worker threads.
-#include <benchmark/benchmark.h>
-
-#include <chrono>
 #include <kopt/impl/offload_engine.hpp>
 #include <kopt/kopt.hpp>
-#include <random>
-#include <string>
 
+#include "common.hpp"
+
+namespace kopt_perf {
 namespace {
 
 template <class ParamT, class GradT>
@@ -27,18 +25,8 @@ void bm_offload(benchmark::State& state) {
   const auto n = static_cast<std::int64_t>(state.range(0));
   Kokkos::View<ParamT*, Mem> param("kopt::perf::param", n);
   Kokkos::View<GradT*, Mem> grad("kopt::perf::grad", n);
-  {
-    auto hp = Kokkos::create_mirror_view(param);
-    auto hg = Kokkos::create_mirror_view(grad);
-    std::mt19937 rng(1);
-    std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-    for (std::int64_t i = 0; i < n; ++i) {
-      hp(i) = kopt::Impl::from_float<ParamT>(dist(rng));
-      hg(i) = kopt::Impl::from_float<GradT>(dist(rng));
-    }
-    Kokkos::deep_copy(param, hp);
-    Kokkos::deep_copy(grad, hg);
-  }
+  fill_random(param, 1);
+  fill_random(grad, 2);
   kopt::OffloadOptions options;  // default chunks: 2^20 elements, 3 staging buffers
   auto base = kopt::Impl::make_offload_engine(kopt::memory_space_of<Mem>(),
                                               kopt::dtype_of<ParamT>(), options);
@@ -51,7 +39,8 @@ void bm_offload(benchmark::State& state) {
     engine.step(1.0);
     return engine.last_times().total;
   };
-  double total = 0, copy = 0, update = 0, update_in_pipeline = 0, wait_grads = 0, wait_staging = 0, wait_last = 0;
+  double total = 0, copy = 0, update = 0, update_in_pipeline = 0;
+  double wait_grads = 0, wait_staging = 0, wait_last = 0;
   for (auto _ : state) {
     const double t_copy = timed(kopt::Impl::PipelineMode::copies_only);
     const double t_update = timed(kopt::Impl::PipelineMode::update_only);
@@ -85,15 +74,12 @@ void bm_offload(benchmark::State& state) {
 
 template <class DeviceExec, class StateMem>
 void register_offload(const std::string& space) {
-  const auto sizes = [](benchmark::internal::Benchmark* b) {
-    b->Arg(std::int64_t{1} << 22)->Arg(std::int64_t{1} << 24);
-    b->UseManualTime()->Unit(benchmark::kMillisecond);
-  };
-  sizes(benchmark::RegisterBenchmark(
-      ("offload_bf16/" + space).c_str(),
-      bm_offload<DeviceExec, StateMem, kopt::bfloat16, kopt::bfloat16>));
-  sizes(benchmark::RegisterBenchmark(("offload_fp32/" + space).c_str(),
-                                     bm_offload<DeviceExec, StateMem, float, float>));
+  std::vector<std::int64_t> sizes{std::int64_t{1} << 24};
+  if (full_suite()) sizes = {std::int64_t{1} << 22, std::int64_t{1} << 24};
+  add("offload_bf16/" + space, bm_offload<DeviceExec, StateMem, kopt::bfloat16, kopt::bfloat16>,
+      sizes);
+  if (full_suite())
+    add("offload_fp32/" + space, bm_offload<DeviceExec, StateMem, float, float>, sizes);
 }
 
 }  // namespace
@@ -104,3 +90,5 @@ void register_offload_benchmarks() {
   register_offload<Kokkos::Cuda, Kokkos::CudaHostPinnedSpace>("Cuda");
 #endif
 }
+
+}  // namespace kopt_perf

@@ -1,25 +1,35 @@
 #pragma once
-// The memory ceiling of a fused Adam variant: a kernel that loads and stores exactly the
-// arrays the update does, in place, with trivial arithmetic, launched the same way (chunks
-// on the host, teams on devices). STREAM triad is the wrong ceiling for Adam: its written
-// array is not read, so it pays write-allocate traffic that in-place stores do not.
+// Memory ceilings, measured in the same run as the kernels they bound: streaming kernels with
+// exactly a variant's access pattern (the same arrays loaded and stored in place, trivial
+// arithmetic), launched like kopt's (chunks of a range on the host, teams on devices). STREAM
+// copy and triad are reported too, for reference only: triad's written array is not read, so
+// it pays a write-allocate read that in-place stores do not, and is the wrong ceiling for Adam.
 
 #include <kopt/adam_kernel.hpp>
 
 namespace kopt_perf {
 
-// One element: the same loads and stores as the fused update, arithmetic that keeps the
-// values (c is 0 at run time, which the compiler cannot know).
-// fp32:  read p, g, m, v; write p, m, v                       (28 B/element)
-// 16-bit: read g, master, m, v; write master, m, v, param     (28 B/element)
-template <class ParamT, class GradT>
-KOKKOS_FORCEINLINE_FUNCTION void ceiling_element(std::int64_t i, ParamT* KOPT_RESTRICT p,
-                                                 const GradT* KOPT_RESTRICT g,
-                                                 float* KOPT_RESTRICT w, float* KOPT_RESTRICT m,
-                                                 float* KOPT_RESTRICT v, float c) {
-  const float gi = c * kopt::Impl::to_float(g[i]);
+// The value a pattern reads: the element itself, or a 16-bit element's bits (a conversion
+// would be arithmetic the ceiling must not pay).
+KOKKOS_FORCEINLINE_FUNCTION float raw_value(float x) { return x; }
+template <class T>
+KOKKOS_FORCEINLINE_FUNCTION float raw_value(T x) {
+  return static_cast<float>(x.bits);
+}
+
+// One element of a fused update's pattern; c is 0 at run time, which the compiler cannot
+// know, so every value is kept. 16-bit params: the master is read and written and the param
+// only written (a truncation stands for the rounding).
+template <class ParamT, class GradT, bool Amsgrad>
+KOKKOS_FORCEINLINE_FUNCTION void update_pattern(std::int64_t i, ParamT* KOPT_RESTRICT p,
+                                                const GradT* KOPT_RESTRICT g,
+                                                float* KOPT_RESTRICT w, float* KOPT_RESTRICT m,
+                                                float* KOPT_RESTRICT v, float* KOPT_RESTRICT vmax,
+                                                float c) {
+  const float gi = c * raw_value(g[i]);
   m[i] += gi;
   v[i] += gi;
+  if constexpr (Amsgrad) vmax[i] += gi;
   if constexpr (std::is_same_v<ParamT, float>) {
     p[i] += gi;
   } else {
@@ -29,44 +39,145 @@ KOKKOS_FORCEINLINE_FUNCTION void ceiling_element(std::int64_t i, ParamT* KOPT_RE
   }
 }
 
-// The host loop, built like kopt's (its own function, restrict parameters, unit stride).
-template <class ParamT, class GradT>
-KOPT_LOOP_FUNCTION void ceiling_host_loop(std::int64_t begin, std::int64_t end,
-                                          ParamT* KOPT_RESTRICT p, const GradT* KOPT_RESTRICT g,
-                                          float* KOPT_RESTRICT w, float* KOPT_RESTRICT m,
-                                          float* KOPT_RESTRICT v, float c) {
-  for (std::int64_t i = begin; i < end; ++i) ceiling_element(i, p, g, w, m, v, c);
+// The host loop over a chunk, built like kopt's (a function of its own, restrict parameters).
+template <class ParamT, class GradT, bool Amsgrad>
+KOPT_LOOP_FUNCTION void update_pattern_loop(std::int64_t begin, std::int64_t end,
+                                            ParamT* KOPT_RESTRICT p, const GradT* KOPT_RESTRICT g,
+                                            float* KOPT_RESTRICT w, float* KOPT_RESTRICT m,
+                                            float* KOPT_RESTRICT v, float* KOPT_RESTRICT vmax,
+                                            float c) {
+  for (std::int64_t i = begin; i < end; ++i)
+    update_pattern<ParamT, GradT, Amsgrad>(i, p, g, w, m, v, vmax, c);
 }
 
-template <class ExecSpace, class ParamT, class GradT>
-struct CeilingFunctor {
+/// The pattern of one fused update variant over the arrays of a tensor's state.
+template <class ParamT, class GradT, bool Amsgrad>
+struct UpdatePattern {
   ParamT* param;
   const GradT* grad;
-  float* master;
+  float* master;  // 16-bit params only
   float* m;
   float* v;
-  std::int64_t n;
-  float c;
-
-  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t chunk) const {
-    const std::int64_t size = kopt::Impl::chunk_size<ExecSpace>;
-    const std::int64_t begin = chunk * size;
-    ceiling_host_loop(begin, begin + size < n ? begin + size : n, param, grad, master, m, v, c);
+  float* vmax;  // amsgrad only
+  float c = 0.0f;
+  KOKKOS_INLINE_FUNCTION void element(std::int64_t i) const {
+    update_pattern<ParamT, GradT, Amsgrad>(i, param, grad, master, m, v, vmax, c);
   }
-  template <class Member>
-  KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
-    const std::int64_t size = kopt::Impl::chunk_size<ExecSpace>;
-    const std::int64_t begin = team.league_rank() * size;
-    const std::int64_t end = begin + size < n ? begin + size : n;
-    for (std::int64_t i = begin + team.team_rank(); i < end; i += team.team_size())
-      ceiling_element(i, param, grad, master, m, v, c);
+  KOKKOS_INLINE_FUNCTION void range(std::int64_t begin, std::int64_t end) const {
+    update_pattern_loop<ParamT, GradT, Amsgrad>(begin, end, param, grad, master, m, v, vmax, c);
   }
 };
 
-template <class ExecSpace, class ParamT, class GradT>
-void run_ceiling(const ExecSpace& exec, const CeilingFunctor<ExecSpace, ParamT, GradT>& f) {
+KOPT_LOOP_FUNCTION void copy_loop(std::int64_t begin, std::int64_t end, float* KOPT_RESTRICT a,
+                                  const float* KOPT_RESTRICT b) {
+  for (std::int64_t i = begin; i < end; ++i) a[i] = b[i];
+}
+
+KOPT_LOOP_FUNCTION void triad_loop(std::int64_t begin, std::int64_t end, float* KOPT_RESTRICT a,
+                                   const float* KOPT_RESTRICT b, const float* KOPT_RESTRICT c,
+                                   float s) {
+  for (std::int64_t i = begin; i < end; ++i) a[i] = b[i] + s * c[i];
+}
+
+/// STREAM copy a = b (8 B/element counted).
+struct CopyPattern {
+  float* a;
+  const float* b;
+  KOKKOS_INLINE_FUNCTION void element(std::int64_t i) const { a[i] = b[i]; }
+  KOKKOS_INLINE_FUNCTION void range(std::int64_t begin, std::int64_t end) const {
+    copy_loop(begin, end, a, b);
+  }
+};
+
+/// STREAM triad a = b + s c (12 B/element counted; the hardware also reads a).
+struct TriadPattern {
+  float* a;
+  const float* b;
+  const float* c;
+  float s = 3.0f;
+  KOKKOS_INLINE_FUNCTION void element(std::int64_t i) const { a[i] = b[i] + s * c[i]; }
+  KOKKOS_INLINE_FUNCTION void range(std::int64_t begin, std::int64_t end) const {
+    triad_loop(begin, end, a, b, c, s);
+  }
+};
+
+/// Runs a pattern over n elements in kopt's chunks on a space.
+template <class ExecSpace, class Pattern>
+struct PatternFunctor {
+  Pattern pattern;
+  std::int64_t n;
+  static constexpr std::int64_t size = kopt::Impl::chunk_size<ExecSpace>;
+
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t chunk) const {
+    const std::int64_t begin = chunk * size;
+    pattern.range(begin, begin + size < n ? begin + size : n);
+  }
+  template <class Member>
+  KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
+    const std::int64_t begin = team.league_rank() * size;
+    const std::int64_t end = begin + size < n ? begin + size : n;
+    for (std::int64_t i = begin + team.team_rank(); i < end; i += team.team_size())
+      pattern.element(i);
+  }
+};
+
+template <class ExecSpace, class Pattern>
+void run_pattern(const ExecSpace& exec, const Pattern& pattern, std::int64_t n) {
   const std::int64_t size = kopt::Impl::chunk_size<ExecSpace>;
-  kopt::Impl::launch_chunks(exec, "kopt::perf::ceiling", (f.n + size - 1) / size, f);
+  kopt::Impl::launch_chunks(exec, "kopt::perf::ceiling", (n + size - 1) / size,
+                            PatternFunctor<ExecSpace, Pattern>{pattern, n});
+}
+
+/// Read-only: the sum of a chunk of grads in 16 float lanes (vectorizes without
+/// reassociation), the pattern of the global grad norm. One partial per chunk.
+template <class GradT>
+KOPT_LOOP_FUNCTION float read_loop(const GradT* KOPT_RESTRICT g, std::int64_t begin,
+                                   std::int64_t end) {
+  float lane[16] = {};
+  std::int64_t i = begin;
+  for (; i + 16 <= end; i += 16)
+    for (int k = 0; k < 16; ++k) lane[k] += raw_value(g[i + k]);
+  float sum = 0.0f;
+  for (; i < end; ++i) sum += raw_value(g[i]);
+  for (int k = 0; k < 16; ++k) sum += lane[k];
+  return sum;
+}
+
+template <class ExecSpace, class GradT>
+struct ReadFunctor {
+  const GradT* grad;
+  Kokkos::View<float*, typename ExecSpace::memory_space> partials;
+  std::int64_t n;
+  static constexpr std::int64_t size = kopt::Impl::chunk_size<ExecSpace>;
+
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t chunk) const {
+    const std::int64_t begin = chunk * size;
+    partials(chunk) = read_loop(grad, begin, begin + size < n ? begin + size : n);
+  }
+  template <class Member>
+  KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
+    const std::int64_t begin = team.league_rank() * size;
+    const std::int64_t end = begin + size < n ? begin + size : n;
+    float sum = 0.0f;
+    Kokkos::parallel_reduce(
+        Kokkos::TeamThreadRange(team, begin, end),
+        [&](const std::int64_t i, float& acc) { acc += raw_value(grad[i]); }, sum);
+    if (team.team_rank() == 0) partials(team.league_rank()) = sum;
+  }
+};
+
+template <class ExecSpace, class GradT>
+void run_read(const ExecSpace& exec, const ReadFunctor<ExecSpace, GradT>& f) {
+  kopt::Impl::launch_chunks(exec, "kopt::perf::read_ceiling", f.partials.extent(0), f);
+}
+
+template <class ExecSpace, class GradT>
+ReadFunctor<ExecSpace, GradT> make_read(const GradT* grad, std::int64_t n) {
+  const std::int64_t size = kopt::Impl::chunk_size<ExecSpace>;
+  return {grad,
+          Kokkos::View<float*, typename ExecSpace::memory_space>("kopt::perf::partials",
+                                                                 (n + size - 1) / size),
+          n};
 }
 
 }  // namespace kopt_perf

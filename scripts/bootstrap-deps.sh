@@ -11,14 +11,18 @@
 #
 # Debian packages (cmake, g++, gfortran, GoogleTest, Google Benchmark, clang for fuzzing, ...)
 # are installed when missing, which needs root. Options:
-#   --with-mpi    also install OpenMPI (kopt_ENABLE_MPI)
+#   --with-mpi        also install OpenMPI (kopt_ENABLE_MPI)
+#   --with-libtorch   also install libtorch-dev (the perf suite's libtorch AdamW peer)
+#   --with-plot       also install gnuplot-nox (scripts/plot-perf.py)
 set -euo pipefail
 
 log() { echo "bootstrap-deps: $*" >&2; }
-want_mpi=0
+want_mpi=0 want_libtorch=0 want_plot=0
 for arg in "$@"; do
   case "$arg" in
     --with-mpi) want_mpi=1 ;;
+    --with-libtorch) want_libtorch=1 ;;
+    --with-plot) want_plot=1 ;;
     *) log "unknown option '$arg'"; exit 2 ;;
   esac
 done
@@ -39,6 +43,8 @@ apt_update() {
 packages=(cmake g++ gfortran make ninja-build libgtest-dev libgmock-dev libbenchmark-dev xz-utils clang
   python3)
 [ "$want_mpi" = 1 ] && packages+=(libopenmpi-dev openmpi-bin)
+[ "$want_libtorch" = 1 ] && packages+=(libtorch-dev)
+[ "$want_plot" = 1 ] && packages+=(gnuplot-nox)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

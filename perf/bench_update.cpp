@@ -1,0 +1,99 @@
+// The ceilings and the fused update on every enabled space. STREAM copy and triad first, then
+// each update variant (fp32; bf16 and fp16 params with fp32 masters; fp32 with amsgrad) at
+// sizes 2^16..2^26, every row timed beside the ceiling of its own access pattern: the two
+// kernels alternate inside each iteration so machine noise hits both.
+#include <kopt/kopt.hpp>
+
+#include "ceiling.hpp"
+#include "common.hpp"
+
+namespace kopt_perf {
+namespace {
+
+// STREAM copy (a = b) or triad (a = b + s c) over n floats, bytes counted as read + written.
+template <class ExecSpace, bool Triad>
+void bm_stream(benchmark::State& state) {
+  using Mem = typename ExecSpace::memory_space;
+  const auto n = static_cast<std::int64_t>(state.range(0));
+  ExecSpace exec;
+  Kokkos::View<float*, Mem> a("kopt::perf::a", n), b("kopt::perf::b", n), c("kopt::perf::c", n);
+  fill_random(a, 1);
+  fill_random(b, 2);
+  fill_random(c, 3);
+  const auto run = [&] {
+    if constexpr (Triad) {
+      run_pattern(exec, TriadPattern{a.data(), b.data(), c.data()}, n);
+    } else {
+      run_pattern(exec, CopyPattern{a.data(), b.data()}, n);
+    }
+  };
+  run();
+  double total = 0.0;
+  for (auto _ : state) {
+    const double t = seconds(exec, run);
+    state.SetIterationTime(t);
+    total += t;
+  }
+  report(state, static_cast<double>(n), Triad ? 12.0 : 8.0, total, 0.0, exec.concurrency());
+}
+
+// One tensor of n elements: kopt's step vs the ceiling of the same pattern on its own state.
+template <class ExecSpace, class ParamT, class GradT, bool Amsgrad>
+void bm_update(benchmark::State& state) {
+  using Mem = typename ExecSpace::memory_space;
+  const auto n = static_cast<std::int64_t>(state.range(0));
+  ExecSpace exec;
+  Kokkos::View<ParamT*, Mem> param("kopt::perf::param", n);
+  Kokkos::View<GradT*, Mem> grad("kopt::perf::grad", n);
+  fill_random(param, 1);
+  fill_random(grad, 2);
+  kopt::FusedAdam<ExecSpace> opt(exec, kopt::AdamConfig{.amsgrad = Amsgrad}, "kopt::perf");
+  opt.add("w", kopt::Tensor(param), kopt::Tensor(grad));
+  opt.step();  // allocates and first-touches the state, in parallel like every step
+  const auto s = opt.state("w");
+  const UpdatePattern<ParamT, GradT, Amsgrad> pattern{param.data(),
+                                                      grad.data(),
+                                                      const_cast<float*>(s.master.data()),
+                                                      const_cast<float*>(s.exp_avg.data()),
+                                                      const_cast<float*>(s.exp_avg_sq.data()),
+                                                      const_cast<float*>(s.max_exp_avg_sq.data())};
+  run_pattern(exec, pattern, n);
+  double kopt_total = 0.0, ceiling_total = 0.0;
+  for (auto _ : state) {
+    ceiling_total += seconds(exec, [&] { run_pattern(exec, pattern, n); });
+    const double t = seconds(exec, [&] { opt.step(); });
+    state.SetIterationTime(t);
+    kopt_total += t;
+  }
+  report(state, static_cast<double>(n), update_bytes_per_element<ParamT, GradT, Amsgrad>(),
+         kopt_total, ceiling_total, exec.concurrency());
+}
+
+}  // namespace
+
+void register_update_benchmarks() {
+  using kopt::bfloat16;
+  using kopt::float16;
+  constexpr std::int64_t largest = std::int64_t{1} << 26;
+  for_each_space([&](auto tag) {
+    using S = typename decltype(tag)::type;
+    const std::string on = "/" + space_name<S>();
+    add("stream_copy" + on, bm_stream<S, false>, {largest});
+    add("stream_triad" + on, bm_stream<S, true>, {largest});
+  });
+  for_each_space([&](auto tag) {
+    using S = typename decltype(tag)::type;
+    const std::string on = "/" + space_name<S>();
+    const bool few = !full_suite() && is_serial<S>();
+    std::vector<std::int64_t> sizes;
+    for (const int e : update_size_exponents())
+      if (!few || e == 24) sizes.push_back(std::int64_t{1} << e);
+    add("adamw_fp32" + on, bm_update<S, float, float, false>, sizes);
+    add("adamw_bf16_master" + on, bm_update<S, bfloat16, bfloat16, false>, sizes);
+    if (few) return;
+    add("adamw_fp16_master" + on, bm_update<S, float16, float16, false>, sizes);
+    add("adamw_fp32_amsgrad" + on, bm_update<S, float, float, true>, sizes);
+  });
+}
+
+}  // namespace kopt_perf

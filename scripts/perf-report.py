@@ -1,0 +1,123 @@
+#!/usr/bin/env python3
+"""Turns kopt perf-suite result files (Google Benchmark JSON) into the compact table the main
+job prints: kernel, backend, size, GB/s, fraction of its own ceiling, ratio to each peer, and
+a note (many tensors vs one, clipping vs none, offload overlap, MPI scaling).
+
+Usage: python3 scripts/perf-report.py RESULT.json [MORE.json ...]
+Files from kopt_bench_mpi (one per world size) are combined into scaling rows.
+"""
+import json
+import math
+import sys
+
+
+def size_text(n):
+    n = int(n)
+    k = max(n.bit_length() - 1, 0)
+    if n > 0 and n & (n - 1) == 0:
+        return f"2^{k}"
+    if k > 10 and abs(n - 2**k) < 2**k / 1000:  # a split of 2^k into tensors of whole sizes
+        return f"~2^{k}"
+    return f"{n:,}"
+
+
+def fmt(x, digits=2):
+    return "" if x is None else f"{x:.{digits}f}"
+
+
+def split_name(name):
+    """'adamw_fp32/OpenMP/65536/manual_time' -> ('adamw_fp32', 'OpenMP', ['65536'])."""
+    parts = [p for p in name.split("/") if p != "manual_time"]
+    return parts[0], parts[1] if len(parts) > 1 else "", parts[2:]
+
+
+def kopt_rows(bench):
+    rows = []
+    for b in bench["benchmarks"]:
+        if b.get("run_type") == "aggregate" or "error_occurred" in b and b["error_occurred"]:
+            continue
+        kernel, backend, args = split_name(b["name"])
+        size = size_text(args[0]) if args else ""
+        note = ""
+        x_naive = b.get("x_naive")
+        x_torch = b.get("x_libtorch")
+        if kernel.endswith("_split"):
+            size = f"{size_text(b['elements'])} in {int(args[0]):,} tensors"
+            note = f"{b['of_one_tensor']:.2f} of one tensor's rate"
+        elif "of_plain_step" in b:
+            note = f"{b['of_plain_step']:.2f} of the step without clip/scaling"
+        elif kernel.startswith("offload"):
+            note = (f"total {b['total_ms']:.1f} ms, copies {b['copy_ms']:.1f}, update "
+                    f"{b['update_ms']:.1f}; overlap {b['overlap']:.2f} (1 = perfect, 2 = none)")
+        elif kernel.startswith("peers"):
+            note = f"naive {b['naive_GB/s']:.1f} GB/s (1 thread)"
+            if "libtorch_GB/s" in b:
+                note += f", libtorch {b['libtorch_GB/s']:.1f} GB/s"
+            else:
+                note += ", libtorch not built"
+        elif "of_slower" in b:
+            note = f"{b['of_slower']:.2f} of the slower group alone"
+        gbs = b.get("GB/s", b.get("copy_GB/s"))
+        rows.append([kernel, backend, size, str(int(b.get("threads", 0))), fmt(gbs, 1),
+                     fmt(b.get("of_ceiling")), fmt(x_naive, 1), fmt(x_torch, 1), note])
+    return rows
+
+
+def mpi_rows(files):
+    """One row per (kernel, scaling, size, ranks): step time and efficiency vs 1 rank."""
+    runs = {}
+    for bench in files:
+        for b in bench["benchmarks"]:
+            kernel, scaling, args = split_name(b["name"])
+            runs[(kernel, scaling, args[0], int(b["ranks"]))] = b
+    rows = []
+    for (kernel, scaling, arg, ranks), b in sorted(runs.items()):
+        one = runs.get((kernel, scaling, arg, 1))
+        if one is None:
+            eff = ""
+        elif scaling == "strong":  # ideal: time / ranks
+            eff = f"speedup {one['ms'] / b['ms']:.2f} of {ranks}"
+        else:  # weak: ideal is constant time
+            eff = f"efficiency {one['ms'] / b['ms']:.2f}"
+        size = f"{size_text(b['elements'])} ({scaling})"
+        rows.append([kernel, f"MPI x{ranks}", size, str(int(b["threads"])),
+                     "", "", "", "", f"{b['ms']:.1f} ms/step, {eff}; its MPI collectives alone "
+                     f"{b['mpi_ms']:.1f} ms"])
+    return rows
+
+
+def print_table(rows):
+    header = ["kernel", "backend", "size", "thr", "GB/s", "of ceil", "x naive", "x libtorch",
+              "note"]
+    widths = [max(len(str(r[i])) for r in rows + [header]) for i in range(len(header) - 1)]
+    line = "  ".join(h.ljust(w) for h, w in zip(header, widths)) + "  " + header[-1]
+    print(line)
+    print("-" * len(line))
+    for r in rows:
+        print("  ".join(str(c).ljust(w) for c, w in zip(r, widths)) + "  " + r[-1])
+
+
+def main(paths):
+    if not paths:
+        sys.exit(__doc__)
+    kopt_files, mpi_files = [], []
+    for path in paths:
+        with open(path) as f:
+            bench = json.load(f)
+        (mpi_files if "mpi_ranks" in bench["context"] else kopt_files).append((path, bench))
+    for path, bench in kopt_files:
+        c = bench["context"]
+        print(f"\n{path}\n  {c.get('kopt')}; {c.get('cpu_model')} ({c.get('hardware_threads')} "
+              f"hardware threads); {c.get('host_threads')} threads, OMP_PROC_BIND="
+              f"{c.get('OMP_PROC_BIND')} OMP_PLACES={c.get('OMP_PLACES')}; git "
+              f"{c.get('git_revision')}; load {c.get('load_average_at_start')}\n"
+              f"  libtorch: {c.get('libtorch')}\n")
+        print_table(kopt_rows(bench))
+    if mpi_files:
+        print("\nsharded step (kopt_bench_mpi; " +
+              ", ".join(f"{b['context']['mpi_ranks']} ranks: {p}" for p, b in mpi_files) + ")\n")
+        print_table(mpi_rows([b for _, b in mpi_files]))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
