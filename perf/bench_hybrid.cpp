@@ -115,9 +115,7 @@ void bm_hybrid_host_and_device(benchmark::State& state) {
 }  // namespace
 
 void register_norm_and_hybrid_benchmarks() {
-  const std::int64_t largest = std::int64_t{1} << 26;
-  std::vector<std::int64_t> sizes{largest};
-  if (full_suite()) sizes = {std::int64_t{1} << 20, std::int64_t{1} << 24, largest};
+  const auto sizes = pow2_sizes({26}, {20, 24, 26});
   for_each_space([&](auto tag) {
     using S = typename decltype(tag)::type;
     if (!full_suite() && is_serial<S>()) return;

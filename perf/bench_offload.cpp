@@ -74,8 +74,7 @@ void bm_offload(benchmark::State& state) {
 
 template <class DeviceExec, class StateMem>
 void register_offload(const std::string& space) {
-  std::vector<std::int64_t> sizes{std::int64_t{1} << 24};
-  if (full_suite()) sizes = {std::int64_t{1} << 22, std::int64_t{1} << 24};
+  const auto sizes = pow2_sizes({24}, {22, 24});
   add("offload_bf16/" + space, bm_offload<DeviceExec, StateMem, kopt::bfloat16, kopt::bfloat16>,
       sizes);
   if (full_suite())

@@ -76,7 +76,7 @@ void bm_sharded(benchmark::State& state) {
 
 template <kopt::ZeroStage Stage, class ParamT>
 void add_sharded(const std::string& name) {
-  const std::int64_t strong = std::int64_t{1} << 24, weak = std::int64_t{1} << 23;
+  const std::int64_t strong = scaled(std::int64_t{1} << 24), weak = scaled(std::int64_t{1} << 23);
   add(name + "/strong", bm_sharded<Stage, ParamT>)->Args({strong, 0})->Iterations(10);
   add(name + "/weak", bm_sharded<Stage, ParamT>)->Args({weak, 1})->Iterations(10);
   if (!full_suite()) return;
@@ -98,7 +98,7 @@ int main(int argc, char** argv) {
     argc = kept;
   }
   {
-    kopt_perf::take_full_flag(argc, argv);
+    kopt_perf::take_suite_flags(argc, argv);
     Kokkos::ScopeGuard kokkos(argc, argv);
     benchmark::Initialize(&argc, argv);
     kopt_perf::add_context();

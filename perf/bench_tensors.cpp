@@ -13,8 +13,6 @@
 namespace kopt_perf {
 namespace {
 
-constexpr std::int64_t total_elements = std::int64_t{1} << 26;
-
 struct Split {
   std::vector<std::int64_t> sizes, offsets;
   std::int64_t payload = 0;  // elements in tensors
@@ -41,7 +39,7 @@ Split mixed_split(std::int64_t total, int tensors) {
 template <class ExecSpace, class ParamT>
 void bm_split(benchmark::State& state) {
   using Mem = typename ExecSpace::memory_space;
-  const Split split = mixed_split(total_elements, static_cast<int>(state.range(0)));
+  const Split split = mixed_split(scaled(std::int64_t{1} << 26), static_cast<int>(state.range(0)));
   ExecSpace exec;
   Kokkos::View<ParamT*, Mem> param("kopt::perf::param", split.extent);
   Kokkos::View<ParamT*, Mem> grad("kopt::perf::grad", split.extent);

@@ -74,7 +74,7 @@ void bm_update(benchmark::State& state) {
 void register_update_benchmarks() {
   using kopt::bfloat16;
   using kopt::float16;
-  constexpr std::int64_t largest = std::int64_t{1} << 26;
+  const std::int64_t largest = scaled(std::int64_t{1} << 26);
   for_each_space([&](auto tag) {
     using S = typename decltype(tag)::type;
     const std::string on = "/" + space_name<S>();
@@ -85,9 +85,9 @@ void register_update_benchmarks() {
     using S = typename decltype(tag)::type;
     const std::string on = "/" + space_name<S>();
     const bool few = !full_suite() && is_serial<S>();
-    std::vector<std::int64_t> sizes;
-    for (const int e : update_size_exponents())
-      if (!few || e == 24) sizes.push_back(std::int64_t{1} << e);
+    const auto sizes =
+        few ? pow2_sizes({24}, {})
+            : pow2_sizes({16, 18, 20, 22, 24, 26}, {16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26});
     add("adamw_fp32" + on, bm_update<S, float, float, false>, sizes);
     add("adamw_bf16_master" + on, bm_update<S, bfloat16, bfloat16, false>, sizes);
     if (few) return;

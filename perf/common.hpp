@@ -15,15 +15,18 @@
 namespace kopt_perf {
 
 /// The default suite is a subset that runs in a few minutes on a 2-core machine; --full runs
-/// every size and variant on every enabled space.
+/// every size and variant on every enabled space; --smoke runs the default rows at sizes
+/// divided by 2^10 (the smoke test: every benchmark once, in seconds).
 bool full_suite();
-/// Removes --full from the command line, remembering it.
-void take_full_flag(int& argc, char** argv);
+bool smoke_suite();
+/// Removes --full / --smoke from the command line, remembering them.
+void take_suite_flags(int& argc, char** argv);
+/// n, or n / 2^10 (at least 1) under --smoke.
+std::int64_t scaled(std::int64_t n);
+/// scaled(2^e) for each exponent: `quick`, or `full` under --full.
+std::vector<std::int64_t> pow2_sizes(const std::vector<int>& quick, const std::vector<int>& full);
 /// Adds the context every result file carries (Google Benchmark's custom context).
 void add_context();
-
-/// log2 of the single-tensor sizes: 2^16..2^26 (every other power by default).
-std::vector<int> update_size_exponents();
 
 /// Wall time of `work` on `exec`, the queue drained before and after.
 template <class ExecSpace, class Work>

@@ -1,6 +1,7 @@
 // What both perf binaries share: the suite's size (--full) and the context every result file
 // carries so a figure can be read: versions, backends, threads and their binding, CPU model,
 // git revision, build, machine load.
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -13,7 +14,7 @@
 namespace kopt_perf {
 namespace {
 
-bool full = false;
+bool full = false, smoke = false;
 
 std::string first_line_of(const char* path, const std::string& key) {
   std::ifstream in(path);
@@ -35,7 +36,9 @@ std::string env_or(const char* name, const char* fallback) {
 
 void add_context() {
   benchmark::AddCustomContext("kopt", kopt::build_info());
-  benchmark::AddCustomContext("suite", full ? "full" : "quick (--full runs every size)");
+  benchmark::AddCustomContext("suite", full    ? "full"
+                                       : smoke ? "smoke (sizes / 1024)"
+                                               : "quick (--full runs every size)");
   benchmark::AddCustomContext("cpu_model", first_line_of("/proc/cpuinfo", "model name"));
   benchmark::AddCustomContext("hardware_threads",
                               std::to_string(std::thread::hardware_concurrency()));
@@ -50,22 +53,27 @@ void add_context() {
 }
 
 bool full_suite() { return full; }
+bool smoke_suite() { return smoke; }
 
-void take_full_flag(int& argc, char** argv) {
+void take_suite_flags(int& argc, char** argv) {
   int kept = 1;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--full") == 0)
       full = true;
+    else if (std::strcmp(argv[i], "--smoke") == 0)
+      smoke = true;
     else
       argv[kept++] = argv[i];
   }
   argc = kept;
 }
 
-std::vector<int> update_size_exponents() {
-  std::vector<int> e;
-  for (int k = 16; k <= 26; k += full ? 1 : 2) e.push_back(k);
-  return e;
+std::int64_t scaled(std::int64_t n) { return smoke ? std::max<std::int64_t>(1, n >> 10) : n; }
+
+std::vector<std::int64_t> pow2_sizes(const std::vector<int>& quick, const std::vector<int>& every) {
+  std::vector<std::int64_t> sizes;
+  for (const int e : full ? every : quick) sizes.push_back(scaled(std::int64_t{1} << e));
+  return sizes;
 }
 
 }  // namespace kopt_perf

@@ -8,7 +8,7 @@
 #include "peers.hpp"
 
 int main(int argc, char** argv) {
-  kopt_perf::take_full_flag(argc, argv);
+  kopt_perf::take_suite_flags(argc, argv);
   Kokkos::ScopeGuard kokkos(argc, argv);
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;

@@ -3,8 +3,10 @@
 job prints: kernel, backend, size, GB/s, fraction of its own ceiling, ratio to each peer, and
 a note (many tensors vs one, clipping vs none, offload overlap, MPI scaling).
 
-Usage: python3 scripts/perf-report.py RESULT.json [MORE.json ...]
-Files from kopt_bench_mpi (one per world size) are combined into scaling rows.
+Usage: python3 scripts/perf-report.py [--check] RESULT.json [MORE.json ...]
+Files from kopt_bench_mpi (one per world size) are combined into scaling rows. --check also
+fails (exit 1) when a file lacks the context a figure needs, holds no rows, or a row's rate
+or fraction of ceiling is missing or absurd (the perf suite's smoke test).
 """
 import json
 import math
@@ -81,8 +83,8 @@ def mpi_rows(files):
             eff = f"efficiency {one['ms'] / b['ms']:.2f}"
         size = f"{size_text(b['elements'])} ({scaling})"
         rows.append([kernel, f"MPI x{ranks}", size, str(int(b["threads"])),
-                     "", "", "", "", f"{b['ms']:.1f} ms/step, {eff}; its MPI collectives alone "
-                     f"{b['mpi_ms']:.1f} ms"])
+                     "", "", "", "", f"{b['ms']:.1f} ms/step, {eff}" +
+                     (f"; its MPI collectives alone {b['mpi_ms']:.1f} ms" if "mpi_ms" in b else "")])
     return rows
 
 
@@ -97,7 +99,32 @@ def print_table(rows):
         print("  ".join(str(c).ljust(w) for c, w in zip(r, widths)) + "  " + r[-1])
 
 
-def main(paths):
+CONTEXT = ["kopt", "cpu_model", "host_threads", "OMP_PROC_BIND", "OMP_PLACES", "git_revision",
+           "build", "load_average_at_start"]
+
+
+def problems(path, bench):
+    """What makes a result file unusable: missing context, no rows, absurd counters."""
+    found = [f"{path}: no context '{k}'" for k in CONTEXT if k not in bench["context"]]
+    rows = [b for b in bench["benchmarks"] if b.get("run_type") != "aggregate"]
+    if not rows:
+        found.append(f"{path}: no rows")
+    for b in rows:
+        rate = b.get("Gelem/s")
+        if b.get("error_occurred"):
+            found.append(f"{b['name']}: {b.get('error_message')}")
+        elif rate is None or not math.isfinite(rate) or rate <= 0:
+            found.append(f"{b['name']}: no rate (Gelem/s = {rate})")
+        for key in ("of_ceiling", "of_one_tensor", "of_plain_step", "x_naive", "x_libtorch"):
+            x = b.get(key)
+            if x is not None and not (math.isfinite(x) and 0 < x < 1e4):
+                found.append(f"{b['name']}: {key} = {x}")
+    return found
+
+
+def main(args):
+    check = "--check" in args
+    paths = [a for a in args if a != "--check"]
     if not paths:
         sys.exit(__doc__)
     kopt_files, mpi_files = [], []
@@ -117,6 +144,11 @@ def main(paths):
         print("\nsharded step (kopt_bench_mpi; " +
               ", ".join(f"{b['context']['mpi_ranks']} ranks: {p}" for p, b in mpi_files) + ")\n")
         print_table(mpi_rows([b for _, b in mpi_files]))
+    if check:
+        found = [p for path, bench in kopt_files + mpi_files for p in problems(path, bench)]
+        if found:
+            sys.exit("perf-report --check failed:\n  " + "\n  ".join(found))
+        print(f"\nperf-report --check: {len(paths)} file(s) complete, every row sane")
 
 
 if __name__ == "__main__":
