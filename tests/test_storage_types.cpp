@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <kopt/impl/f16_blocks.hpp>
 #include <limits>
 
 #include "test_support.hpp"
@@ -133,6 +134,43 @@ TYPED_TEST(StorageTypeTest, TiesOverflowSubnormalsAndSpecials) {
   EXPECT_TRUE(is_nan_bits<H>(H::from_float(std::nanf("")).bits));
   EXPECT_TRUE(is_nan_bits<H>(H::from_float(-std::nanf("")).bits));
   EXPECT_EQ(H::from_float(-std::nanf("")).bits & 0x8000, 0x8000);
+}
+
+// The host loops convert 16 at a time (kopt/impl/f16_blocks.hpp; x86 F16C instructions for
+// float16 where the compiler targets them): the same bits as the scalar conversions for every
+// encoding and every float tried, NaN payloads included; widening may only quieten a NaN.
+TYPED_TEST(StorageTypeTest, BlockConversionsMatchScalarBitwise) {
+  using H = TypeParam;
+  using kopt::Impl::f16_block;
+  std::vector<H> all(65536);
+  for (std::uint32_t b = 0; b < all.size(); ++b) all[b] = H{static_cast<std::uint16_t>(b)};
+  std::vector<float> widened(all.size());
+  for (std::size_t i = 0; i < all.size(); i += f16_block)
+    kopt::Impl::widen_block(all.data() + i, widened.data() + i);
+  for (std::uint32_t b = 0; b < all.size(); ++b) {
+    const std::uint32_t want = bits_of(all[b].to_float()), got = bits_of(widened[b]);
+    if (std::isnan(all[b].to_float()))
+      ASSERT_EQ(got | 0x400000u, want | 0x400000u) << std::hex << b;
+    else
+      ASSERT_EQ(got, want) << std::hex << b;
+  }
+  const Encodings<H> enc;
+  std::vector<float> inputs;
+  for (std::size_t k = 0; k + 1 < enc.table.size(); ++k) {  // every tie, one ulp either side
+    const float mid = static_cast<float>((enc.table[k].first + enc.table[k + 1].first) / 2);
+    for (float x : {mid, std::nextafter(mid, 0.0f), std::nextafter(mid, 1e38f)})
+      inputs.insert(inputs.end(), {x, -x});
+  }
+  std::mt19937 rng(99);
+  std::uniform_int_distribution<std::uint32_t> any_bits;
+  while (inputs.size() % f16_block != 0 || inputs.size() < 1'000'000)
+    inputs.push_back(float_of(any_bits(rng)));  // every exponent, subnormals, NaN payloads
+  std::vector<H> rounded(inputs.size());
+  for (std::size_t i = 0; i < inputs.size(); i += f16_block)
+    kopt::Impl::round_block(inputs.data() + i, rounded.data() + i);
+  for (std::size_t i = 0; i < inputs.size(); ++i)
+    ASSERT_EQ(rounded[i].bits, H::from_float(inputs[i]).bits)
+        << inputs[i] << " (0x" << std::hex << bits_of(inputs[i]) << ")";
 }
 
 TEST(Float16, KnownValues) {

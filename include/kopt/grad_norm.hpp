@@ -22,7 +22,7 @@ KOPT_LOOP_FUNCTION double sum_of_squares(const GradT* KOPT_RESTRICT g, std::int6
   std::int64_t i = begin;
   for (; i + 64 <= end; i += 64) {
     float block[64];
-    for (int k = 0; k < 64; ++k) block[k] = to_float(g[i + k]);
+    for (int b = 0; b < 64; b += f16_block) widen_block(g + i + b, block + b);
     for (int k = 0; k < 64; ++k) lane[k] += static_cast<double>(block[k]) * block[k];
   }
   for (int k = 0; i < end; ++i, ++k) {
