@@ -107,7 +107,8 @@ void bm_hybrid_host_and_device(benchmark::State& state) {
     state.SetIterationTime(t);
     both_total += t;
   }
-  report(state, 2.0 * static_cast<double>(n), 28.0, both_total, 0.0, exec.concurrency());
+  report(state, 2.0 * static_cast<double>(n), update_bytes_per_element<float, float, false>(),
+         both_total, 0.0, exec.concurrency());
   state.counters["of_slower"] = std::max(host_total, device_total) / both_total;
 }
 #endif

@@ -39,8 +39,10 @@ void bm_peers(benchmark::State& state) {
     naive_total += t_naive;
     torch_total += t_torch;
   }
-  report(state, static_cast<double>(n), 28.0, kopt_total, 0.0, exec.concurrency());
-  const double bytes = 28.0 * static_cast<double>(n) * static_cast<double>(state.iterations());
+  constexpr double bytes_per_element = update_bytes_per_element<float, float, false>();
+  report(state, static_cast<double>(n), bytes_per_element, kopt_total, 0.0, exec.concurrency());
+  const double bytes =
+      bytes_per_element * static_cast<double>(n) * static_cast<double>(state.iterations());
   state.counters["naive_GB/s"] = bytes / naive_total / 1e9;
   state.counters["x_naive"] = naive_total / kopt_total;
   if (torch) {

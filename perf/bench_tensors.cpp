@@ -60,12 +60,7 @@ void bm_split(benchmark::State& state) {
   many.step();
   one.step();
   const auto s = one.state("all");
-  const UpdatePattern<ParamT, ParamT, false> pattern{param.data(),
-                                                     grad.data(),
-                                                     const_cast<float*>(s.master.data()),
-                                                     const_cast<float*>(s.exp_avg.data()),
-                                                     const_cast<float*>(s.exp_avg_sq.data()),
-                                                     nullptr};
+  const auto pattern = pattern_of<ParamT, ParamT, false>(param.data(), grad.data(), s);
   double many_total = 0.0, one_total = 0.0, ceiling_total = 0.0;
   for (auto _ : state) {
     ceiling_total += seconds(exec, [&] { run_pattern(exec, pattern, split.payload); });

@@ -51,12 +51,7 @@ void bm_update(benchmark::State& state) {
   opt.add("w", kopt::Tensor(param), kopt::Tensor(grad));
   opt.step();  // allocates and first-touches the state, in parallel like every step
   const auto s = opt.state("w");
-  const UpdatePattern<ParamT, GradT, Amsgrad> pattern{param.data(),
-                                                      grad.data(),
-                                                      const_cast<float*>(s.master.data()),
-                                                      const_cast<float*>(s.exp_avg.data()),
-                                                      const_cast<float*>(s.exp_avg_sq.data()),
-                                                      const_cast<float*>(s.max_exp_avg_sq.data())};
+  const auto pattern = pattern_of<ParamT, GradT, Amsgrad>(param.data(), grad.data(), s);
   run_pattern(exec, pattern, n);
   double kopt_total = 0.0, ceiling_total = 0.0;
   for (auto _ : state) {

@@ -68,6 +68,17 @@ struct UpdatePattern {
   }
 };
 
+/// The pattern over the arrays of one tensor's state in a FusedAdam (its own param and grad).
+template <class ParamT, class GradT, bool Amsgrad, class State>
+UpdatePattern<ParamT, GradT, Amsgrad> pattern_of(ParamT* param, const GradT* grad, const State& s) {
+  return {param,
+          grad,
+          const_cast<float*>(s.master.data()),
+          const_cast<float*>(s.exp_avg.data()),
+          const_cast<float*>(s.exp_avg_sq.data()),
+          const_cast<float*>(s.max_exp_avg_sq.data())};
+}
+
 KOPT_LOOP_FUNCTION void copy_loop(std::int64_t begin, std::int64_t end, float* KOPT_RESTRICT a,
                                   const float* KOPT_RESTRICT b) {
   for (std::int64_t i = begin; i < end; ++i) a[i] = b[i];
