@@ -21,7 +21,10 @@ void agree(Communicator& comm, const std::string& error, const std::string& what
   const unsigned char mine = error.empty() ? 0 : 1;
   std::vector<unsigned char> all(static_cast<std::size_t>(comm.size()));
   comm.all_gather_bytes(&mine, all.data(), std::vector<std::size_t>(all.size(), 1));
-  KOPT_THROW_IF_AS(CheckpointError, !error.empty(), error);
+  // `error` is a whole message already (prefix, file and line): wrapping it again would
+  // read "kopt: kopt: ... [checkpoint.cpp:N]".
+  if (!error.empty())
+    throw CheckpointError(error.rfind("kopt", 0) == 0 ? error : "kopt: " + error);
   for (std::size_t r = 0; r < all.size(); ++r)
     KOPT_THROW_IF_AS(CheckpointError, all[r] != 0, what << " failed on rank " << r);
 }
@@ -209,7 +212,7 @@ void HybridOptimizer::load(const std::string& path, const LoadOptions& options) 
   const std::string index_file = (fs::path(path) / Impl::kIndexName).string();
   std::vector<AdamConfig> configs(groups_.size());
   std::vector<bool> config_found(groups_.size(), false);
-  std::vector<std::int64_t> steps(norm_by_param_.size(), -1);        // -1: not in the file
+  std::vector<std::int64_t> steps(where_.size(), -1);        // -1: not in the file
   std::vector<std::pair<std::size_t, Impl::HostParamState>> states;  // by ordinal
   Impl::Index index;
   std::string error;
@@ -289,7 +292,7 @@ void HybridOptimizer::apply_loaded_(
     for (std::size_t g = 0; g < groups_.size(); ++g)
       if (engine_group_[e][g] != kNone)
         engines_[e]->config(engine_group_[e][g]) = groups_[g].config();
-  std::vector<std::string> names(norm_by_param_.size());
+  std::vector<std::string> names(where_.size());
   for (const auto& [name, at] : where_) names[at.ordinal] = name;
   for (const auto& [ordinal, state] : states)
     engines_[where_.at(names[ordinal]).engine]->set_state(names[ordinal], state);

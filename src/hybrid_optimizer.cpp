@@ -3,6 +3,7 @@
 #include <kopt/error.hpp>
 #include <kopt/hybrid_optimizer.hpp>
 #include <kopt/impl/engine.hpp>
+#include <kopt/impl/norm_parts.hpp>
 #include <kopt/impl/param_registry.hpp>
 #include <kopt/impl/shard_plan.hpp>
 #include <limits>
@@ -27,7 +28,8 @@ void validate_group_config(const AdamConfig& config, std::size_t g) {
   try {
     config.validate();
   } catch (const InvalidArgument& e) {
-    throw InvalidArgument("kopt::HybridOptimizer: group " + std::to_string(g) + ": " + e.what());
+    throw InvalidArgument("kopt::HybridOptimizer: group " + std::to_string(g) + ": " +
+                          Impl::without_kopt_prefix(e.what()));
   }
 }
 }  // namespace
@@ -119,7 +121,6 @@ HybridOptimizer::HybridOptimizer(std::vector<ParamGroup> groups, const HybridOpt
     engine_params_[e].push_back(ordinal);
     where_.emplace(p.name, Placement{e, item.group, item.offloaded, ordinal});
   }
-  norm_by_param_.assign(pending.size(), 0.0);
   if (shards_) sharded_steps_.assign(pending.size(), 0);
 }
 
@@ -166,28 +167,31 @@ StepStats HybridOptimizer::step() {
   for (const auto& engine : engines_) engine->prepare_step();
 
   const double scale = scaler_ ? scaler_->scale() : 1.0;
-  // ZeRO-2 averages by folding 1 / world size into the grad scale.
-  const double divisor = shards_ ? shards_->grad_divisor() : 1.0;
   StepStats stats{std::numeric_limits<double>::quiet_NaN(), 1.0, false, scale};
   if (shards_ && shards_->stage() == ZeroStage::two) shards_->reduce_grads();  // into buffers
   if (options_.max_grad_norm || scaler_) {
-    // One reduction per engine where its grads live; the partial sums meet here, and
-    // across ranks in rank order, so every rank decides the same.
-    std::fill(norm_by_param_.begin(), norm_by_param_.end(), 0.0);  // other ranks' params: 0
+    // One pass per engine where its grads live. Each canonical block of a param is summed
+    // in one fixed order and the block sums are added exactly; blocks cut between engines
+    // or ranks are reassembled first. So every rank decides the same, and the norm has the
+    // same bits for every grouping, order, placement, thread count and world size.
+    Impl::NormParts total, parts;
     for (std::size_t e = 0; e < engines_.size(); ++e) {
-      engines_[e]->grad_sums_of_squares(norm_scratch_);
-      for (std::size_t i = 0; i < engine_params_[e].size(); ++i)
-        norm_by_param_[engine_params_[e][i]] = norm_scratch_[i];
+      engines_[e]->grad_norm_parts(parts);
+      total.sum.join(parts.sum);
+      for (Impl::NormFragment f : parts.fragments) {
+        f.param = engine_params_[e][f.param];  // the ordinal: the same on every rank
+        total.fragments.push_back(f);
+      }
     }
-    if (shards_) shards_->combine(norm_by_param_);
-    double sum_sq = 0.0;
-    for (const double s : norm_by_param_) sum_sq += s;
-    stats.grad_norm = std::sqrt(sum_sq) / (scale * divisor);
+    if (shards_) Impl::gather_norm_parts(shards_->communicator(), total);
+    Impl::add_fragment_blocks(total);
+    const double sum_sq = total.sum.value();
+    stats.grad_norm = std::sqrt(sum_sq) / scale;
     if (!std::isfinite(sum_sq)) return skip_(stats);  // an Inf or NaN somewhere
     if (options_.max_grad_norm)
       stats.clip_factor = std::min(1.0, *options_.max_grad_norm / (stats.grad_norm + 1e-6));
   }
-  const double grad_scale = stats.clip_factor / (scale * divisor);  // unscale and clip, fused
+  const double grad_scale = stats.clip_factor / scale;  // unscale and clip, fused
   // The kernels take the factor as a float: a loss scale so small that 1 / scale overflows
   // it would turn zero grads into NaN params. Such a step is skipped like an overflow.
   if (!(grad_scale <= std::numeric_limits<float>::max())) return skip_(stats);

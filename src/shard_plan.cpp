@@ -100,7 +100,9 @@ void ShardPlan::set(std::size_t i, const Tensor& param, const Tensor& grad) {
 Tensor ShardPlan::local(std::size_t i, const Tensor& t) const {
   const Param& p = params_[i];
   if (p.presharded || t.is_null()) return t;
-  return t.slice(p.segment.param_offset, p.segment.length);
+  // Marked as a piece of the whole param: the engines' norm passes need to know where it
+  // ends (its last block may be cut).
+  return t.slice(p.segment.param_offset, p.segment.length).shard_of(t.numel, p.segment.param_offset);
 }
 
 Tensor ShardPlan::local_grad(std::size_t i, const Tensor& grad) const {
@@ -108,9 +110,11 @@ Tensor ShardPlan::local_grad(std::size_t i, const Tensor& grad) const {
   if (grad.is_null()) return Tensor{};
   if (p.presharded || options_.stage == ZeroStage::one) return local(i, grad);
   if (p.device_grad)
-    return Tensor(p.device_grad.get(), p.segment.length, DType::f32, p.param.space);
+    return Tensor(p.device_grad.get(), p.segment.length, DType::f32, p.param.space)
+        .shard_of(p.param.numel, p.segment.param_offset);
   float* reduced = const_cast<float*>(groups_[p.group].recv.data()) + p.segment.shard_offset;
-  return Tensor(reduced, p.segment.length, DType::f32, MemorySpace::host);
+  return Tensor(reduced, p.segment.length, DType::f32, MemorySpace::host)
+      .shard_of(p.param.numel, p.segment.param_offset);
 }
 
 void ShardPlan::reduce_grads() {
@@ -130,25 +134,15 @@ void ShardPlan::reduce_grads() {
     }
     options_.communicator->reduce_scatter_sum(group.send.data(), group.recv.data(),
                                               group.recv.size());
+    // The average of the ranks' grads, each element rounded once (sum / world). Applied
+    // here, to the grads kopt reduced, and not to pre-sharded ones, which arrive reduced.
+    if (options_.reduction == GradReduction::average && world_ > 1)
+      for (float& x : group.recv) x /= static_cast<float>(world_);
     for (const std::size_t i : group.ordinals)
       if (params_[i].device_grad)
         copy_bytes(params_[i].device_grad.get(), params_[i].param.space,
                    group.recv.data() + params_[i].segment.shard_offset, MemorySpace::host,
                    static_cast<std::size_t>(params_[i].segment.length) * sizeof(float));
-  }
-}
-
-void ShardPlan::combine(std::vector<double>& per_param) {
-  const std::size_t n = per_param.size();
-  if (world_ == 1) return;
-  sums_.resize(n * static_cast<std::size_t>(world_));
-  options_.communicator->all_gather_bytes(
-      per_param.data(), sums_.data(),
-      std::vector<std::size_t>(static_cast<std::size_t>(world_), n * sizeof(double)));
-  for (std::size_t i = 0; i < n; ++i) {
-    double s = 0.0;
-    for (std::size_t r = 0; r < static_cast<std::size_t>(world_); ++r) s += sums_[r * n + i];
-    per_param[i] = s;
   }
 }
 
@@ -185,12 +179,6 @@ void ShardPlan::gather_params() {
         at += piece.bytes();
       }
   }
-}
-
-double ShardPlan::grad_divisor() const {
-  return options_.stage == ZeroStage::two && options_.reduction == GradReduction::average
-             ? static_cast<double>(world_)
-             : 1.0;
 }
 
 }  // namespace kopt::Impl

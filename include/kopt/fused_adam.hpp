@@ -47,8 +47,8 @@ class FusedAdam {
   /// Registers `param` (updated in place) with `grad` under a unique `name` in `group`.
   /// Both must live where this engine's execution space can reach them, be f32, bf16 or
   /// f16, and have equal numel; a null grad means no gradient yet. A 16-bit param gets an
-  /// fp32 master copy, taken from the param when the state is first allocated (at the first
-  /// step() or state() call). Throws a kopt::Error and changes nothing on bad input.
+  /// fp32 master copy, taken from the param by its first update (the param may be written
+  /// until then). Throws a kopt::Error and changes nothing on bad input.
   void add(const std::string& name, const Tensor& param, const Tensor& grad, std::size_t group = 0);
   /// Replaces the grad of `name`; a null Tensor means no gradient this step (the param and
   /// its state are then left untouched by step()). Validates first.
@@ -60,13 +60,14 @@ class FusedAdam {
     registry_.rebind(name, param, grad);
   }
 
-  /// Sum of squares of every present grad, in double, computed on the execution space
-  /// (blocks until it is done). +Inf or NaN when any grad element is not finite.
+  /// Sum of squares of every present grad, computed on the execution space (blocks until it
+  /// is done), rounded once to double from an exact sum: the same bits in whatever order or
+  /// engines the grads sit (see kopt/grad_norm.hpp). +Inf or NaN when any grad element is not
+  /// finite. Elements of a shard's cut edge blocks that the engine does not hold count as 0.
   double grad_sum_of_squares();
-  /// The same per param, in registration order (0 for a param without grad). Each param's
-  /// sum is computed the same way whatever else the engine holds, so sums taken by
-  /// different engines add up to bitwise the same total.
-  void grad_sums_of_squares(std::vector<double>& per_param);
+  /// The same, unrounded: the exact sum over whole blocks, and the edge fragments of cut
+  /// blocks for the caller to combine with other engines' and ranks' (the optimizer does).
+  void grad_norm_parts(Impl::NormParts& out);
 
   /// Allocates whatever the next step() needs (state of new params, the chunk tables for the
   /// params that have grads now). step() calls it first; called before, it makes the step
@@ -80,8 +81,10 @@ class FusedAdam {
   /// Validates every config and argument before touching anything.
   void step(double grad_scale = 1.0);
 
-  /// Copies every 16-bit param into its fp32 master (after the training code loaded new
-  /// weights into the params). Enqueued like step().
+  /// Call after the training code wrote new weights into the params: each param's next
+  /// update first reconciles its fp32 master with it, element by element (the param
+  /// widened where the master does not round to it; the exact master kept where it does,
+  /// so a set_state() master survives its own weights). Launches nothing itself.
   void reload_model_params();
 
   std::size_t size() const { return registry_.size(); }
@@ -89,11 +92,15 @@ class FusedAdam {
   std::int64_t step_count(const std::string& name) const {
     return registry_[registry_.index_of(name)].step;
   }
-  /// The state of `name` (allocating the engine's state first if needed).
+  /// The state of `name` (allocating the engine's state first if needed). The master of a
+  /// param not updated since it was added, set_state() or reloaded is the one its next
+  /// update would start from given the param now (a copy; the engine's changes only then).
   AdamStateView<memory_space> state(const std::string& name);
   /// Overwrites the state of `name` from host arrays of numel floats (a checkpoint): the
   /// moments, the amsgrad max (ignored when null or when no group uses amsgrad), the fp32
-  /// master (16-bit params only; ignored for f32 ones) and the step count. Blocks.
+  /// master (16-bit params only; ignored for f32 ones) and the step count. Blocks. Like
+  /// reload_model_params(), the master is reconciled with the param at its next update: the
+  /// param's weights may be written before or after this call.
   void set_state(const std::string& name, std::int64_t step, const float* exp_avg,
                  const float* exp_avg_sq, const float* max_exp_avg_sq, const float* master);
   /// Bytes of optimizer state this engine holds in its memory space.
@@ -114,7 +121,8 @@ class FusedAdam {
 
   void ensure_state_();
   void fill_slots_(double grad_scale, bool with_scalars);
-  void widen_masters_(std::size_t first);
+  void build_sync_(const std::vector<std::size_t>& entries);
+  FloatView synced_master_(const Impl::ParamEntry& e);
   void build_classes_(const std::vector<int>& signature, const std::vector<ClassKey>& keys);
   FloatView grow_(const FloatView& old, std::int64_t n, const char* what);
 
@@ -124,13 +132,18 @@ class FusedAdam {
   FloatView exp_avg_, exp_avg_sq_, max_exp_avg_sq_, master_;
   Kokkos::View<Impl::AdamSlot*, memory_space> slots_;
   typename Kokkos::View<Impl::AdamSlot*, memory_space>::HostMirror slots_host_;
-  std::size_t widened_ = 0;     ///< entries whose fp32 masters hold their params' values
   std::vector<int> signature_;  ///< per entry: kernel class + 1, or 0 if skipped
   std::vector<KernelClass> classes_;
   Impl::GradNorms<ExecSpace> norms_;  ///< over every present grad, any class
-  std::vector<double> norm_scratch_;
   std::vector<int> next_signature_;  ///< step()'s scratch
   std::vector<ClassKey> next_keys_;
+  /// The master sync step() runs first: entries (flagged, updated) and their chunk tables.
+  struct SyncTable {
+    DType dtype;
+    Kokkos::View<Impl::Chunk*, memory_space> chunks;
+  };
+  std::vector<std::size_t> sync_entries_, next_sync_;
+  std::vector<SyncTable> sync_tables_;
 };
 
 #ifdef KOKKOS_ENABLE_SERIAL

@@ -1,132 +1,249 @@
 #pragma once
 /// \file
-/// The sum of squares of many gradients, where they live: one reduction over a chunk table,
-/// the grad dtype chosen per chunk (not per element). The global norm for clipping and the
+/// The sum of squares of many gradients, where they live: one pass over a chunk table, the
+/// grad dtype chosen per chunk (not per element). The global norm for clipping and the
 /// inf/nan check for loss scaling both come from it.
+///
+/// The sum is reproducible: each canonical block of 64 elements (at global offsets of a
+/// param that are multiples of 64) is summed in one fixed order, and the block sums are
+/// added exactly (kopt/impl/exact_sum.hpp). Pieces of blocks that this engine holds only in
+/// part come back as fragments for the optimizer to reassemble (kopt/impl/norm_parts.hpp).
 
 #include <algorithm>
 #include <kopt/adam_kernel.hpp>
 #include <kopt/impl/fault_injection.hpp>
+#include <kopt/impl/norm_parts.hpp>
 #include <string>
 #include <vector>
 
 namespace kopt::Impl {
 
-/// sum(g[i]^2) over [begin, end), in double. Sixteen independent accumulators, fed from a
-/// widened block of sixteen floats, so the loop vectorizes without reassociating one sum
-/// (no -ffast-math).
+/// Adds the blocks of g[begin, end) to `acc`: `begin` is at a block boundary, and a short
+/// last block is the end of the param (its missing elements are zeros).
 template <class GradT>
-KOPT_LOOP_FUNCTION double sum_of_squares(const GradT* KOPT_RESTRICT g, std::int64_t begin,
-                                         std::int64_t end) {
-  double lane[64] = {};
+KOPT_LOOP_FUNCTION void add_blocks(const GradT* KOPT_RESTRICT g, std::int64_t begin,
+                                   std::int64_t end, ExactSum& acc) {
+  // Two accumulators: consecutive adds into one would wait on each other through memory.
+  ExactSum other;
   std::int64_t i = begin;
-  for (; i + 64 <= end; i += 64) {
-    float block[64];
-    for (int b = 0; b < 64; b += f16_block) widen_block(g + i + b, block + b);
-    for (int k = 0; k < 64; ++k) lane[k] += static_cast<double>(block[k]) * block[k];
+  for (int parity = 0; i + norm_block <= end; i += norm_block, parity ^= 1) {
+    float v[norm_block];
+    for (int b = 0; b < norm_block; b += f16_block) widen_block(g + i + b, v + b);
+    (parity ? other : acc).add(block_sum_of_squares(v));
   }
-  for (int k = 0; i < end; ++i, ++k) {
-    const double x = to_float(g[i]);
-    lane[k] += x * x;
+  if (i < end) {
+    float v[norm_block];
+    for (int k = 0; k < norm_block; ++k) v[k] = i + k < end ? to_float(g[i + k]) : 0.0f;
+    acc.add(block_sum_of_squares(v));
   }
-  double sum = 0.0;
-  for (int k = 0; k < 64; ++k) sum += lane[k];
-  return sum;
+  acc.join(other);
+  acc.normalize();
 }
 
+/// The sum of block `b` of a chunk starting at `begin` (device code: one thread a block).
 template <class GradT>
-KOKKOS_INLINE_FUNCTION double element_square(const void* grad, std::int64_t i) {
-  const double x = to_float(static_cast<const GradT*>(grad)[i]);
-  return x * x;
+KOKKOS_INLINE_FUNCTION double chunk_block_sum(const void* grad, std::int64_t begin,
+                                              std::int64_t end, std::int64_t b) {
+  const GradT* g = static_cast<const GradT*>(grad);
+  float v[norm_block];
+  const std::int64_t at = begin + b * norm_block;
+  for (int k = 0; k < norm_block; ++k) v[k] = at + k < end ? to_float(g[at + k]) : 0.0f;
+  return block_sum_of_squares(v);
 }
 
-/// Writes each chunk's sum of squares to partials(c). Per-chunk results, summed per param
-/// on the host in chunk order, make the norm independent of thread count, schedule and of
-/// which engine a param sits in (an offloaded param gives the same bits as a local one).
+/// Chunks [0, bodies_) hold whole blocks: partials_(c) = their exact sum. Chunks from
+/// bodies_ on are fragments: their elements, widened, into fragment_values_.
 template <class ExecSpace>
 struct GradChunkSumSqFunctor {
   using memory_space = typename ExecSpace::memory_space;
   Kokkos::View<const AdamSlot*, memory_space> slots_;
   Kokkos::View<const Chunk*, memory_space> chunks_;
-  Kokkos::View<double*, memory_space> partials_;
+  Kokkos::View<ExactSum*, memory_space> partials_;
+  Kokkos::View<float* [norm_block], memory_space> fragment_values_;
+  std::int64_t bodies_;
+
+  KOKKOS_INLINE_FUNCTION float element(const AdamSlot& slot, std::int64_t i) const {
+    return slot.grad_dtype == DType::bf16  ? to_float(static_cast<const bfloat16*>(slot.grad)[i])
+           : slot.grad_dtype == DType::f16 ? to_float(static_cast<const float16*>(slot.grad)[i])
+                                           : static_cast<const float*>(slot.grad)[i];
+  }
 
   /// Host: one chunk per iteration.
   KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t c) const {
     const Chunk chunk = chunks_(c);
     const AdamSlot& slot = slots_(chunk.slot);
+    if (c >= bodies_) {
+      for (std::int64_t i = chunk.begin; i < chunk.end; ++i)
+        fragment_values_(c - bodies_, i - chunk.begin) = element(slot, i);
+      return;
+    }
+    ExactSum acc;
     switch (slot.grad_dtype) {
       case DType::bf16:
-        partials_(c) =
-            sum_of_squares(static_cast<const bfloat16*>(slot.grad), chunk.begin, chunk.end);
+        add_blocks(static_cast<const bfloat16*>(slot.grad), chunk.begin, chunk.end, acc);
         break;
       case DType::f16:
-        partials_(c) =
-            sum_of_squares(static_cast<const float16*>(slot.grad), chunk.begin, chunk.end);
+        add_blocks(static_cast<const float16*>(slot.grad), chunk.begin, chunk.end, acc);
         break;
       default:
-        partials_(c) = sum_of_squares(static_cast<const float*>(slot.grad), chunk.begin, chunk.end);
+        add_blocks(static_cast<const float*>(slot.grad), chunk.begin, chunk.end, acc);
     }
+    partials_(c) = acc;
   }
 
-  /// Device: one team per chunk.
+  /// Device: one team per chunk, one thread per block, the team's block sums joined exactly.
   template <class Member>
   KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
-    const Chunk chunk = chunks_(team.league_rank());
+    const std::int64_t c = team.league_rank();
+    const Chunk chunk = chunks_(c);
     const AdamSlot& slot = slots_(chunk.slot);
-    double partial = 0.0;
+    if (c >= bodies_) {
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, chunk.begin, chunk.end),
+                           [&](const std::int64_t i) {
+                             fragment_values_(c - bodies_, i - chunk.begin) = element(slot, i);
+                           });
+      return;
+    }
+    const std::int64_t blocks = (chunk.end - chunk.begin + norm_block - 1) / norm_block;
+    ExactSum acc;
     Kokkos::parallel_reduce(
-        Kokkos::TeamThreadRange(team, chunk.begin, chunk.end),
-        [&](const std::int64_t i, double& s) {
-          s += slot.grad_dtype == DType::bf16  ? element_square<bfloat16>(slot.grad, i)
-               : slot.grad_dtype == DType::f16 ? element_square<float16>(slot.grad, i)
-                                               : element_square<float>(slot.grad, i);
+        Kokkos::TeamThreadRange(team, blocks),
+        [&](const std::int64_t b, ExactSum& sum) {
+          sum.add(slot.grad_dtype == DType::bf16
+                      ? chunk_block_sum<bfloat16>(slot.grad, chunk.begin, chunk.end, b)
+                  : slot.grad_dtype == DType::f16
+                      ? chunk_block_sum<float16>(slot.grad, chunk.begin, chunk.end, b)
+                      : chunk_block_sum<float>(slot.grad, chunk.begin, chunk.end, b));
         },
-        partial);
-    Kokkos::single(Kokkos::PerTeam(team), [&]() { partials_(team.league_rank()) = partial; });
+        ExactSumReducer<Kokkos::AnonymousSpace>(acc));
+    Kokkos::single(Kokkos::PerTeam(team), [&]() {
+      acc.normalize();
+      partials_(c) = acc;
+    });
   }
 };
 
-/// The sums of squares of the grads of many params, per param, over one chunk table.
+/// Elements per norm chunk: a multiple of the block; on devices one block per thread of a
+/// team.
+template <class ExecSpace>
+inline constexpr std::int64_t norm_chunk_size =
+    runs_on_host<ExecSpace> ? chunk_size<ExecSpace> : std::int64_t{norm_block} * device_team_size;
+static_assert(chunk_size<Kokkos::DefaultHostExecutionSpace> % norm_block == 0);
+
+template <class ExecSpace>
+class GradNorms;
+
+/// The norm's view of `param` (a whole tensor or a piece of one) registered as slot `slot`.
+template <class ExecSpace>
+typename GradNorms<ExecSpace>::Piece norm_piece(std::size_t slot, const Tensor& param) {
+  return {slot, param.numel, param.global_offset,
+          param.is_shard() ? param.global_numel : param.global_offset + param.numel};
+}
+
+/// The grads of many params (one slot each) and their norm pass: which chunks hold whole
+/// blocks, which are fragments of cut ones.
 template <class ExecSpace>
 class GradNorms {
  public:
   using memory_space = typename ExecSpace::memory_space;
 
-  /// Sets the chunk table; each param's chunks must be contiguous and in order. All or
-  /// nothing: on an allocation failure the old table stays.
-  void set_chunks(const ExecSpace& exec, const std::string& label,
-                  const std::vector<Chunk>& chunks) {
-    std::vector<Chunk> chunks_host = chunks;
+  /// One piece of a param to cover: its slot and where it sits in its param.
+  struct Piece {
+    std::size_t slot;
+    std::int64_t numel, global_offset, global_numel;
+  };
+
+  /// Plans the pass over `pieces`: chunks of at most `chunk` elements (a multiple of the
+  /// block). All or nothing: on an allocation failure the old plan stays.
+  void set_pieces(const ExecSpace& exec, const std::string& label, const std::vector<Piece>& pieces,
+                  std::int64_t chunk) {
+    std::vector<Chunk> chunks, fragment_chunks;
+    std::vector<NormFragment> meta;
+    for (const Piece& p : pieces) {
+      const PieceBlocks body = piece_blocks(p.numel, p.global_offset, p.global_numel);
+      const auto slot = static_cast<std::int32_t>(p.slot);
+      for (std::int64_t b = body.body_begin; b < body.body_end; b += chunk)
+        chunks.push_back(Chunk{b, std::min(body.body_end, b + chunk), slot});
+      for (const auto& [b, e] : {std::pair{std::int64_t{0}, body.body_begin},
+                                 std::pair{body.body_end, p.numel}}) {
+        if (b == e) continue;
+        const std::int64_t at = p.global_offset + b;
+        fragment_chunks.push_back(Chunk{b, e, slot});
+        meta.push_back(NormFragment{p.slot, at / norm_block,
+                                    static_cast<std::int32_t>(at % norm_block),
+                                    static_cast<std::int32_t>(e - b), {}});
+      }
+    }
+    const auto bodies = static_cast<std::int64_t>(chunks.size());
+    chunks.insert(chunks.end(), fragment_chunks.begin(), fragment_chunks.end());
     auto table = upload_chunks(exec, label + "::norm_chunks", chunks);
     allocation_point();
-    Kokkos::View<double*, memory_space> partials(
-        Kokkos::view_alloc(Kokkos::WithoutInitializing, label + "::norm_partials"), chunks.size());
+    Kokkos::View<ExactSum*, memory_space> partials(
+        Kokkos::view_alloc(Kokkos::WithoutInitializing, label + "::norm_partials"),
+        static_cast<std::size_t>(bodies));
+    allocation_point();
+    Kokkos::View<float* [norm_block], memory_space> values(
+        Kokkos::view_alloc(Kokkos::WithoutInitializing, label + "::norm_fragments"), meta.size());
     auto partials_host = Kokkos::create_mirror_view(partials);
-    chunks_host_.swap(chunks_host);
+    auto values_host = Kokkos::create_mirror_view(values);
     chunks_ = table;
+    bodies_ = bodies;
+    num_chunks_ = static_cast<std::int64_t>(chunks.size());
     partials_ = partials;
     partials_host_ = partials_host;
+    values_ = values;
+    values_host_ = values_host;
+    fragments_.swap(meta);
   }
 
-  /// per_slot[s] = sum of squares of the grads of slot s (0 for a slot without chunks), in
-  /// double; +Inf or NaN where a grad element is not finite. Blocks.
+  /// The exact sum over the whole blocks of every piece, and the fragments (their `param`
+  /// is the slot); +Inf or NaN in the sum where a grad element is not finite. Blocks.
   void sums(const ExecSpace& exec, const std::string& label,
-            const Kokkos::View<const AdamSlot*, memory_space>& slots,
-            std::vector<double>& per_slot) const {
-    std::fill(per_slot.begin(), per_slot.end(), 0.0);
-    const auto n = static_cast<std::int64_t>(chunks_host_.size());
-    if (n == 0) return;
-    launch_chunks(exec, label, n, GradChunkSumSqFunctor<ExecSpace>{slots, chunks_, partials_});
-    Kokkos::deep_copy(exec, partials_host_, partials_);
-    fence(exec, label);
-    for (std::int64_t c = 0; c < n; ++c) per_slot[chunks_host_[c].slot] += partials_host_(c);
+            const Kokkos::View<const AdamSlot*, memory_space>& slots, NormParts& out) const {
+    sums_(exec, label, slots, out, false);
+  }
+  /// The same through the device path (a league of teams), on any execution space: tests
+  /// run it on the host's and compare it bitwise with the host path.
+  void sums_with_teams(const ExecSpace& exec, const std::string& label,
+                       const Kokkos::View<const AdamSlot*, memory_space>& slots,
+                       NormParts& out) const {
+    sums_(exec, label, slots, out, true);
   }
 
  private:
-  std::vector<Chunk> chunks_host_;
+  void sums_(const ExecSpace& exec, const std::string& label,
+             const Kokkos::View<const AdamSlot*, memory_space>& slots, NormParts& out,
+             bool teams) const {
+    out.sum = ExactSum();
+    out.fragments = fragments_;
+    if (num_chunks_ == 0) return;
+    const GradChunkSumSqFunctor<ExecSpace> functor{slots, chunks_, partials_, values_, bodies_};
+    if (teams && runs_on_host<ExecSpace>)
+      Kokkos::parallel_for(
+          label, Kokkos::TeamPolicy<ExecSpace>(exec, static_cast<int>(num_chunks_), Kokkos::AUTO),
+          functor);
+    else
+      launch_chunks(exec, label, num_chunks_, functor);  // teams on devices
+    Kokkos::deep_copy(exec, partials_host_, partials_);
+    Kokkos::deep_copy(exec, values_host_, values_);
+    fence(exec, label);
+    for (std::int64_t c = 0; c < bodies_; ++c) {
+      out.sum.join(partials_host_(c));
+      if ((c & 0xffff) == 0xffff) out.sum.normalize();  // far from the 2^31 joins a digit holds
+    }
+    out.sum.normalize();
+    for (std::size_t f = 0; f < out.fragments.size(); ++f)
+      for (std::int32_t k = 0; k < out.fragments[f].count; ++k)
+        out.fragments[f].values[k] = values_host_(f, k);
+  }
+
   Kokkos::View<Chunk*, memory_space> chunks_;
-  Kokkos::View<double*, memory_space> partials_;
-  typename Kokkos::View<double*, memory_space>::HostMirror partials_host_;
+  std::int64_t bodies_ = 0, num_chunks_ = 0;
+  std::vector<NormFragment> fragments_;  ///< metadata of the fragment chunks, in order
+  Kokkos::View<ExactSum*, memory_space> partials_;
+  typename Kokkos::View<ExactSum*, memory_space>::HostMirror partials_host_;
+  Kokkos::View<float* [norm_block], memory_space> values_;
+  typename Kokkos::View<float* [norm_block], memory_space>::HostMirror values_host_;
 };
 
 }  // namespace kopt::Impl

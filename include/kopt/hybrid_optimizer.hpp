@@ -92,6 +92,11 @@ class HybridOptimizer {
   void set_grad(const std::string& name, const Tensor& grad);
   /// Points `name` at new memory holding the same values (a framework swapped its tensors):
   /// same numel and dtype, served by the same engine. Its state is kept.
+  /// kopt keeps the raw pointers it was given and cannot see a reallocation: memory replaced
+  /// without rebind (set_grad for a grad alone) is still read and written by every step, a
+  /// use-after-free once the framework frees it. Call it each time the framework reallocates
+  /// (model moved between devices, tensors resized or re-created, a mixed-precision wrapper
+  /// swapping tensors).
   void rebind(const std::string& name, const Tensor& param, const Tensor& grad);
   /// Refreshes every fp32 master copy, in every memory space, from the current params (call
   /// after loading model weights into the params). Waits for the copies.
@@ -148,10 +153,9 @@ class HybridOptimizer {
   std::vector<std::unique_ptr<Impl::Engine>> engines_;
   std::vector<std::vector<std::size_t>> engine_group_;  ///< [engine][group] -> engine's group
   std::map<std::string, Placement> where_;              ///< by name, never by pointer
-  /// [engine][i]: registration ordinal of the engine's i-th param. The grad norm adds the
-  /// per-param sums in registration order, whichever engines computed them.
+  /// [engine][i]: registration ordinal of the engine's i-th param (names the grad norm's
+  /// fragments of cut blocks the same way on every rank).
   std::vector<std::vector<std::size_t>> engine_params_;
-  std::vector<double> norm_by_param_, norm_scratch_;
   std::unique_ptr<Impl::ShardPlan> shards_;  ///< with ShardingOptions only
   std::vector<std::int64_t> sharded_steps_;  ///< per ordinal, when sharded
   std::string failed_step_;  ///< why the state may be partly updated; empty: it is not

@@ -29,9 +29,10 @@ class Engine {
                    std::size_t group) = 0;
   virtual void set_grad(const std::string& name, const Tensor& grad) = 0;
   virtual void rebind(const std::string& name, const Tensor& param, const Tensor& grad) = 0;
-  /// Per param of this engine, in the order they were added: the sum of squares of its grad
-  /// (0 without one), computed where the grads live. Blocks.
-  virtual void grad_sums_of_squares(std::vector<double>& per_param) = 0;
+  /// The grads' sum of squares, computed where they live: the exact sum over whole blocks
+  /// and the fragments of cut blocks, whose `param` is the index of the param in the order
+  /// they were added to this engine. Blocks.
+  virtual void grad_norm_parts(NormParts& out) = 0;
   /// Allocates and plans everything the next step() needs (state of new params, chunk
   /// tables); on failure nothing changed. After it, step() only launches work.
   virtual void prepare_step() = 0;
@@ -75,9 +76,7 @@ class EngineFor final : public Engine {
   void rebind(const std::string& name, const Tensor& param, const Tensor& grad) override {
     adam_.rebind(name, param, grad);
   }
-  void grad_sums_of_squares(std::vector<double>& per_param) override {
-    adam_.grad_sums_of_squares(per_param);
-  }
+  void grad_norm_parts(NormParts& out) override { adam_.grad_norm_parts(out); }
   void prepare_step() override { adam_.prepare_step(); }
   void step(double grad_scale) override { adam_.step(grad_scale); }
   void reload_model_params() override { adam_.reload_model_params(); }

@@ -71,9 +71,10 @@ typename FusedAdam<ExecSpace>::FloatView FusedAdam<ExecSpace>::grow_(const Float
 
 template <class ExecSpace>
 void FusedAdam<ExecSpace>::ensure_state_() {
-  // Exception-safe by construction: each array is replaced only by a complete, larger copy,
-  // and the masters of new params count as initialized only once widened. A failure
-  // (allocation, launch) leaves every value as it was, and the next call finishes the work.
+  // Exception-safe by construction: each array is replaced only by a complete, larger copy.
+  // A failure (allocation, launch) leaves every value as it was, and the next call finishes
+  // the work. New masters start at zero, flagged: their first update takes them from the
+  // params (Impl::synced_master), so a param may change until then.
   Impl::require_kokkos(label_.c_str());
   const auto [moments, masters] = registry_.lay_out();
   bool need_max = false;
@@ -84,8 +85,7 @@ void FusedAdam<ExecSpace>::ensure_state_() {
   const bool max_ok =
       sized(max_exp_avg_sq_, moments) || (!need_max && max_exp_avg_sq_.extent(0) == 0);
   if (sized(exp_avg_, moments) && sized(exp_avg_sq_, moments) && max_ok &&
-      sized(master_, masters) && slots_.extent(0) == registry_.size() &&
-      widened_ == registry_.size())
+      sized(master_, masters) && slots_.extent(0) == registry_.size())
     return;
   exp_avg_ = grow_(exp_avg_, moments, "exp_avg");
   exp_avg_sq_ = grow_(exp_avg_sq_, moments, "exp_avg_sq");
@@ -100,8 +100,6 @@ void FusedAdam<ExecSpace>::ensure_state_() {
   }
   signature_.clear();  // arrays moved: rebuild the chunk tables
   fill_slots_(1.0, false);
-  widen_masters_(widened_);
-  widened_ = registry_.size();
 }
 
 template <class ExecSpace>
@@ -134,21 +132,40 @@ void FusedAdam<ExecSpace>::fill_slots_(double grad_scale, bool with_scalars) {
 }
 
 template <class ExecSpace>
-void FusedAdam<ExecSpace>::widen_masters_(std::size_t first) {
+void FusedAdam<ExecSpace>::build_sync_(const std::vector<std::size_t>& entries) {
+  // Built aside and swapped in, like the classes: a failed upload leaves the old tables.
+  std::vector<SyncTable> tables;
   for (const DType dtype : {DType::bf16, DType::f16}) {
     std::vector<Impl::Chunk> chunks;
-    for (std::size_t i = first; i < registry_.size(); ++i)
+    for (const std::size_t i : entries)
       if (registry_[i].param.dtype == dtype)
         Impl::append_chunks(chunks, i, registry_[i].param.numel, Impl::chunk_size<ExecSpace>);
-    if (chunks.empty()) continue;
-    const auto table = Impl::upload_chunks(exec_, label_ + "::master_chunks", chunks);
-    Impl::visit_update_dtype(dtype, [&](auto param_type) {
-      using ParamT = decltype(param_type);
-      Impl::launch_chunks(exec_, label_ + "::widen_to_master",
-                          static_cast<std::int64_t>(chunks.size()),
-                          Impl::WidenToMasterFunctor<ExecSpace, ParamT>{slots_, table});
-    });
+    if (!chunks.empty())
+      tables.push_back(
+          SyncTable{dtype, Impl::upload_chunks(exec_, label_ + "::sync_chunks", chunks)});
   }
+  sync_tables_.swap(tables);
+  sync_entries_ = entries;
+}
+
+template <class ExecSpace>
+typename FusedAdam<ExecSpace>::FloatView FusedAdam<ExecSpace>::synced_master_(
+    const Impl::ParamEntry& e) {
+  // Computed aside: the engine's master stays as it is until the param's next update, so
+  // weights written after this call still count.
+  Impl::allocation_point();
+  FloatView out(Kokkos::view_alloc(Kokkos::WithoutInitializing, label_ + "::synced_master"),
+                static_cast<std::size_t>(e.param.numel));
+  Impl::visit_update_dtype(e.param.dtype, [&](auto param_type) {
+    using ParamT = decltype(param_type);
+    if constexpr (!std::is_same_v<ParamT, float>)
+      Kokkos::parallel_for(
+          label_ + "::synced_master",
+          Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>(exec_, 0, e.param.numel),
+          Impl::SyncSpanFunctor<ParamT>{static_cast<const ParamT*>(e.param.data),
+                                        master_.data() + e.master_offset, out.data()});
+  });
+  return out;
 }
 
 template <class ExecSpace>
@@ -162,13 +179,15 @@ void FusedAdam<ExecSpace>::build_classes_(const std::vector<int>& signature,
     if (signature[i] > 0)
       Impl::append_chunks(lists[signature[i] - 1], i, registry_[i].param.numel,
                           Impl::chunk_size<ExecSpace>);
-  std::vector<Impl::Chunk> all;
   for (std::size_t c = 0; c < keys.size(); ++c) {
     classes[c].key = keys[c];
     classes[c].chunks = Impl::upload_chunks(exec_, label_ + "::chunks", lists[c]);
-    all.insert(all.end(), lists[c].begin(), lists[c].end());
   }
-  norms_.set_chunks(exec_, label_, all);  // the last step that may fail: all or nothing
+  std::vector<typename Impl::GradNorms<ExecSpace>::Piece> pieces;
+  for (std::size_t i = 0; i < signature.size(); ++i)
+    if (signature[i] > 0) pieces.push_back(Impl::norm_piece<ExecSpace>(i, registry_[i].param));
+  // The last step that may fail: all or nothing.
+  norms_.set_pieces(exec_, label_, pieces, Impl::norm_chunk_size<ExecSpace>);
   classes_.swap(classes);
   signature_ = signature;
 }
@@ -194,23 +213,29 @@ void FusedAdam<ExecSpace>::prepare_step() {
       std::equal(keys.begin(), keys.end(), classes_.begin(),
                  [](const ClassKey& k, const KernelClass& c) { return k == c.key; });
   if (!same_keys || signature != signature_) build_classes_(signature, keys);
+  // The masters this step reconciles before updating (flagged, and their params updated).
+  std::vector<std::size_t>& sync = next_sync_;
+  sync.clear();
+  for (std::size_t i = 0; i < registry_.size(); ++i)
+    if (signature_[i] > 0 && registry_[i].sync_master && registry_[i].master_offset >= 0)
+      sync.push_back(i);
+  if (sync != sync_entries_) build_sync_(sync);
 }
 
 template <class ExecSpace>
-void FusedAdam<ExecSpace>::grad_sums_of_squares(std::vector<double>& per_param) {
+void FusedAdam<ExecSpace>::grad_norm_parts(Impl::NormParts& out) {
   registry_.validate_configs();
   prepare_step();
   fill_slots_(1.0, false);  // grad pointers and dtypes of this step
-  per_param.resize(registry_.size());
-  norms_.sums(exec_, label_ + "::grad_sum_of_squares", slots_, per_param);
+  norms_.sums(exec_, label_ + "::grad_sum_of_squares", slots_, out);
 }
 
 template <class ExecSpace>
 double FusedAdam<ExecSpace>::grad_sum_of_squares() {
-  grad_sums_of_squares(norm_scratch_);
-  double sum = 0.0;
-  for (const double s : norm_scratch_) sum += s;
-  return sum;
+  Impl::NormParts parts;
+  grad_norm_parts(parts);
+  Impl::add_fragment_blocks(parts);  // alone, a cut block's other elements count as zeros
+  return parts.sum.value();
 }
 
 template <class ExecSpace>
@@ -220,18 +245,26 @@ void FusedAdam<ExecSpace>::step(double grad_scale) {
   registry_.validate_configs();
   prepare_step();
   fill_slots_(grad_scale, true);
+  // Launched here, not in prepare_step(): a step that fails or is skipped before its update
+  // leaves the masters as they were, so weights written after it still count.
+  for (const SyncTable& t : sync_tables_)
+    Impl::launch_sync(exec_, label_ + "::sync_master", t.dtype, slots_, t.chunks);
   for (const KernelClass& kc : classes_)
     Impl::launch_update(exec_, label_ + "::update", kc.key.param, kc.key.grad, kc.key.amsgrad,
                         slots_, kc.chunks);
   for (std::size_t i = 0; i < registry_.size(); ++i)
-    if (signature_[i] > 0) ++registry_[i].step;
+    if (signature_[i] > 0) {
+      ++registry_[i].step;
+      registry_[i].sync_master = false;  // from now on the master leads, the param follows
+    }
 }
 
 template <class ExecSpace>
 void FusedAdam<ExecSpace>::reload_model_params() {
-  ensure_state_();
-  fill_slots_(1.0, false);  // the kernel reads the params through the slots: make them current
-  widen_masters_(0);
+  // Lazy: each param's next update reconciles its master with it, keeping a master that
+  // already rounds to the param (a checkpoint's exact fp32 value) and taking the param
+  // wherever the training code wrote other weights.
+  for (std::size_t i = 0; i < registry_.size(); ++i) registry_[i].sync_master = true;
 }
 
 template <class ExecSpace>
@@ -248,7 +281,9 @@ AdamStateView<typename FusedAdam<ExecSpace>::memory_space> FusedAdam<ExecSpace>:
   s.exp_avg_sq = Kokkos::subview(exp_avg_sq_, range(e.state_offset, e.param.numel));
   if (max_exp_avg_sq_.extent(0) > 0)
     s.max_exp_avg_sq = Kokkos::subview(max_exp_avg_sq_, range(e.state_offset, e.param.numel));
-  if (e.master_offset >= 0)
+  if (e.master_offset >= 0 && e.sync_master)
+    s.master = synced_master_(e);
+  else if (e.master_offset >= 0)
     s.master = Kokkos::subview(master_, range(e.master_offset, e.param.numel));
   s.step = e.step;
   return s;
@@ -275,6 +310,7 @@ void FusedAdam<ExecSpace>::set_state(const std::string& name, std::int64_t step,
   if (e.master_offset >= 0) put(master_, e.master_offset, master);
   Impl::fence(exec_, label_ + "::set_state");  // the host arrays may die right after
   registry_[i].step = step;
+  registry_[i].sync_master = true;  // the weights may be loaded before or after this
 }
 
 template <class ExecSpace>

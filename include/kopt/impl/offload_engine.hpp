@@ -49,7 +49,7 @@ class OffloadEngine final : public Engine {
   void rebind(const std::string& name, const Tensor& param, const Tensor& grad) override {
     registry_.rebind(name, param, grad);
   }
-  void grad_sums_of_squares(std::vector<double>& per_param) override;
+  void grad_norm_parts(NormParts& out) override;
   void prepare_step() override { plan_(); }
   void step(double grad_scale) override;
   void reload_model_params() override;
@@ -101,7 +101,10 @@ class OffloadEngine final : public Engine {
   void send_grads_(std::size_t batch);
   void update_(std::size_t batch);
   void send_params_(std::size_t batch);
-  void reload_(std::size_t first_entry);
+  /// out[i] = synced_master(master[i], param[i]) for n host elements of a 16-bit `dtype`.
+  void sync_span_(DType dtype, const void* param, const float* master, float* out, std::int64_t n);
+  /// Reconciles segment s's master with its param, staged by send_grads_ (flagged params).
+  void sync_master_(std::size_t batch, const Segment& s);
   void drain_queues_() noexcept;
 
   DeviceExec device_;
@@ -110,7 +113,6 @@ class OffloadEngine final : public Engine {
   OffloadOptions options_;
   std::string label_;
   ParamRegistry registry_;
-  std::size_t loaded_ = 0;  ///< entries whose masters hold their params' values
   HostFloats exp_avg_, exp_avg_sq_, max_exp_avg_sq_, master_;  ///< master of every param
   Kokkos::View<unsigned char*, StateMem> staging_;             ///< per buffer: grads, then params
 

@@ -65,8 +65,9 @@ void OffloadEngine<DeviceExec, StateMem>::drain_queues_() noexcept {
 
 template <class DeviceExec, class StateMem>
 void OffloadEngine<DeviceExec, StateMem>::ensure_state_() {
-  // Exception-safe as FusedAdam's: each array is replaced only by a complete, larger copy,
-  // and new params' masters count only once loaded; a failure leaves every value as it was.
+  // Exception-safe as FusedAdam's: each array is replaced only by a complete, larger copy;
+  // a failure leaves every value as it was. New params' masters are taken from the params
+  // by their first update (ParamEntry::sync_master).
   require_kokkos(label_.c_str());
   const std::int64_t moments = registry_.lay_out().first;
   bool need_max = false;
@@ -75,8 +76,7 @@ void OffloadEngine<DeviceExec, StateMem>::ensure_state_() {
     return static_cast<std::int64_t>(v.extent(0)) == moments;
   };
   const bool max_ok = sized(max_exp_avg_sq_) || (!need_max && max_exp_avg_sq_.extent(0) == 0);
-  if (sized(exp_avg_) && sized(exp_avg_sq_) && max_ok && sized(master_) && staging_.extent(0) > 0 &&
-      loaded_ == registry_.size())
+  if (sized(exp_avg_) && sized(exp_avg_sq_) && max_ok && sized(master_) && staging_.extent(0) > 0)
     return;
   const auto grow = [&](const HostFloats& old, const char* what) {
     if (static_cast<std::int64_t>(old.extent(0)) == moments) return old;
@@ -101,8 +101,6 @@ void OffloadEngine<DeviceExec, StateMem>::ensure_state_() {
   }
   Impl::fence(host_, label_ + "::state");
   signature_.clear();  // buffers moved: rebuild the plan
-  reload_(loaded_);    // masters start from the params
-  loaded_ = registry_.size();
 }
 
 template <class DeviceExec, class StateMem>
@@ -189,11 +187,11 @@ void OffloadEngine<DeviceExec, StateMem>::plan_() {
 template <class DeviceExec, class StateMem>
 void OffloadEngine<DeviceExec, StateMem>::build_plan_() {
   std::vector<std::size_t> entries;
-  std::vector<Chunk> norm_chunks;
+  std::vector<typename GradNorms<DeviceExec>::Piece> norm_pieces;
   for (std::size_t i = 0; i < registry_.size(); ++i)
     if (signature_[i] > 0) {
       entries.push_back(i);
-      append_chunks(norm_chunks, i, registry_[i].param.numel, chunk_size<DeviceExec>);
+      norm_pieces.push_back(norm_piece<DeviceExec>(i, registry_[i].param));
     }
   build_batches_(entries, true);
   host_slots_.assign(segments_.size(), AdamSlot{});
@@ -211,7 +209,7 @@ void OffloadEngine<DeviceExec, StateMem>::build_plan_() {
       slot.exp_avg_sq = exp_avg_sq_.data() + at;
       slot.max_exp_avg_sq = max_exp_avg_sq_.extent(0) > 0 ? max_exp_avg_sq_.data() + at : nullptr;
     }
-  norms_.set_chunks(device_, label_, norm_chunks);
+  norms_.set_pieces(device_, label_, norm_pieces, norm_chunk_size<DeviceExec>);
   if (device_slots_.extent(0) != registry_.size()) {
     allocation_point();
     decltype(device_slots_) slots(label_ + "::device_slots", registry_.size());
@@ -221,7 +219,7 @@ void OffloadEngine<DeviceExec, StateMem>::build_plan_() {
 }
 
 template <class DeviceExec, class StateMem>
-void OffloadEngine<DeviceExec, StateMem>::grad_sums_of_squares(std::vector<double>& per_param) {
+void OffloadEngine<DeviceExec, StateMem>::grad_norm_parts(NormParts& out) {
   registry_.validate_configs();
   plan_();
   for (std::size_t i = 0; i < registry_.size(); ++i) {
@@ -229,8 +227,7 @@ void OffloadEngine<DeviceExec, StateMem>::grad_sums_of_squares(std::vector<doubl
     device_slots_host_(i).grad_dtype = registry_[i].grad.dtype;
   }
   Kokkos::deep_copy(device_, device_slots_, device_slots_host_);
-  per_param.resize(registry_.size());
-  norms_.sums(device_, label_ + "::grad_sum_of_squares", device_slots_, per_param);
+  norms_.sums(device_, label_ + "::grad_sum_of_squares", device_slots_, out);
 }
 
 template <class DeviceExec, class StateMem>
@@ -246,10 +243,18 @@ void OffloadEngine<DeviceExec, StateMem>::send_grads_(std::size_t batch) {
   if (mode_ != PipelineMode::update_only)
     for (std::size_t i = batches_[batch].seg_first; i < batches_[batch].seg_last; ++i) {
       const Segment& s = segments_[i];
-      const Tensor& grad = registry_[s.entry].grad;
-      const std::size_t size = size_of(grad.dtype);
+      const ParamEntry& e = registry_[s.entry];
+      const std::size_t size = size_of(e.grad.dtype);
       to_host_->copy(grad_stage_(batch) + s.stage * offload_detail::stride,
-                     static_cast<const unsigned char*>(grad.data) + s.begin * size, s.len * size);
+                     static_cast<const unsigned char*>(e.grad.data) + s.begin * size, s.len * size);
+      // A master to reconcile: the param comes along, into its f32 master (which simply
+      // becomes the param) or the param staging that update_() reconciles the master with.
+      if (e.sync_master) {
+        const std::size_t psize = size_of(e.param.dtype);
+        to_host_->copy(const_cast<void*>(host_param_(batch, s)),
+                       static_cast<const unsigned char*>(e.param.data) + s.begin * psize,
+                       s.len * psize);
+      }
     }
   grads_landed_[batch] = to_host_->mark();
 }
@@ -261,6 +266,8 @@ void OffloadEngine<DeviceExec, StateMem>::update_(std::size_t batch) {
   using Unmanaged = Kokkos::MemoryTraits<Kokkos::Unmanaged>;
   const Kokkos::View<const AdamSlot*, Kokkos::HostSpace, Unmanaged> slots(host_slots_.data(),
                                                                           host_slots_.size());
+  for (std::size_t i = batches_[batch].seg_first; i < batches_[batch].seg_last; ++i)
+    if (registry_[segments_[i].entry].sync_master) sync_master_(batch, segments_[i]);
   for (std::size_t r = batches_[batch].range_first; r < batches_[batch].range_last; ++r) {
     const ClassRange& range = ranges_[r];
     const Kokkos::View<const Chunk*, Kokkos::HostSpace, Unmanaged> chunks(
@@ -326,54 +333,42 @@ void OffloadEngine<DeviceExec, StateMem>::step(double grad_scale) {
   }
   times_.total = offload_detail::seconds_since(t0);
   for (std::size_t i = 0; i < registry_.size(); ++i)
-    if (signature_[i] > 0) ++registry_[i].step;
+    if (signature_[i] > 0) {
+      ++registry_[i].step;
+      registry_[i].sync_master = false;  // from now on the master leads, the param follows
+    }
 }
 
 template <class DeviceExec, class StateMem>
-void OffloadEngine<DeviceExec, StateMem>::reload_(std::size_t first_entry) {
-  // Every param from first_entry on, batch by batch: f32 params land in their master
-  // directly, 16-bit ones in staging and are widened into it.
-  std::vector<std::size_t> entries;
-  for (std::size_t i = first_entry; i < registry_.size(); ++i) entries.push_back(i);
-  build_batches_(entries, false);
-  signature_.clear();  // the batches now describe this reload, not a step
-  Impl::fence(device_, label_ + "::params_ready");
-  for (std::size_t b = 0; b < batches_.size(); ++b) {
-    for (std::size_t i = batches_[b].seg_first; i < batches_[b].seg_last; ++i) {
-      const Segment& s = segments_[i];
-      const Tensor& param = registry_[s.entry].param;
-      const std::size_t size = size_of(param.dtype);
-      to_host_->copy(const_cast<void*>(host_param_(b, s)),
-                     static_cast<const unsigned char*>(param.data) + s.begin * size, s.len * size);
-    }
-    to_host_->drain();
-    for (std::size_t i = batches_[b].seg_first; i < batches_[b].seg_last; ++i) {
-      const Segment& s = segments_[i];
-      const ParamEntry& e = registry_[s.entry];
-      if (e.param.dtype == DType::f32) continue;
-      float* master = master_.data() + e.state_offset + s.begin;
-      const void* staged = host_param_(b, s);
-      const bool bf16 = e.param.dtype == DType::bf16;
-      Kokkos::parallel_for(
-          label_ + "::widen_to_master",
-          Kokkos::RangePolicy<HostExec, Kokkos::IndexType<std::int64_t>>(host_, 0, s.len),
-          [=](std::int64_t j) {
-            master[j] = bf16 ? to_float(static_cast<const bfloat16*>(staged)[j])
-                             : to_float(static_cast<const float16*>(staged)[j]);
-          });
-    }
-    Impl::fence(host_, label_ + "::widen_to_master");
-  }
+void OffloadEngine<DeviceExec, StateMem>::sync_span_(DType dtype, const void* param,
+                                                     const float* master, float* out,
+                                                     std::int64_t n) {
+  visit_update_dtype(dtype, [&](auto param_type) {
+    using ParamT = decltype(param_type);
+    if constexpr (!std::is_same_v<ParamT, float>)  // an f32 master is the param copied
+      Kokkos::parallel_for(label_ + "::sync_master",
+                           Kokkos::RangePolicy<HostExec, Kokkos::IndexType<std::int64_t>>(host_, 0, n),
+                           SyncSpanFunctor<ParamT>{static_cast<const ParamT*>(param), master, out});
+  });
+  Impl::fence(host_, label_ + "::sync_master");
+}
+
+template <class DeviceExec, class StateMem>
+void OffloadEngine<DeviceExec, StateMem>::sync_master_(std::size_t batch, const Segment& s) {
+  // The segment's param landed in staging with its grads (send_grads_).
+  const ParamEntry& e = registry_[s.entry];
+  float* master = master_.data() + e.state_offset + s.begin;
+  sync_span_(e.param.dtype, host_param_(batch, s), master, master, s.len);
 }
 
 template <class DeviceExec, class StateMem>
 void OffloadEngine<DeviceExec, StateMem>::reload_model_params() {
-  ensure_state_();
-  reload_(0);
+  // Lazy, as FusedAdam's: each param's next update reconciles its master with it.
+  for (std::size_t i = 0; i < registry_.size(); ++i) registry_[i].sync_master = true;
 }
 
 // The state is host memory: plain copies. An f32 param's master is the param itself (it
-// is not in a checkpoint): set_state takes it from the param.
+// is not in a checkpoint): its next update after set_state takes it from the param.
 template <class DeviceExec, class StateMem>
 void OffloadEngine<DeviceExec, StateMem>::get_state(const std::string& name, HostParamState& out) {
   const std::size_t i = registry_.index_of(name);
@@ -387,10 +382,17 @@ void OffloadEngine<DeviceExec, StateMem>::get_state(const std::string& name, Hos
   get(exp_avg_, out.exp_avg);
   get(exp_avg_sq_, out.exp_avg_sq);
   get(max_exp_avg_sq_, out.max_exp_avg_sq);
-  if (e.param.dtype == DType::f32)
+  if (e.param.dtype == DType::f32) {
     out.master.clear();
-  else
+  } else {
     get(master_, out.master);
+    if (e.sync_master) {  // what the next update would start from, the engine's left as is
+      std::vector<unsigned char> param(n * size_of(e.param.dtype));
+      copy_bytes(param.data(), MemorySpace::host, e.param.data, e.param.space, param.size());
+      sync_span_(e.param.dtype, param.data(), out.master.data(), out.master.data(),
+                 e.param.numel);
+    }
+  }
   out.step = e.step;
 }
 
@@ -408,12 +410,9 @@ void OffloadEngine<DeviceExec, StateMem>::set_state(const std::string& name,
   put(in.exp_avg, exp_avg_);
   put(in.exp_avg_sq, exp_avg_sq_);
   put(in.max_exp_avg_sq, max_exp_avg_sq_);
-  if (e.param.dtype == DType::f32)
-    copy_bytes(master_.data() + e.state_offset, MemorySpace::host, e.param.data, e.param.space,
-               n * sizeof(float));
-  else
-    put(in.master, master_);
+  if (e.param.dtype != DType::f32) put(in.master, master_);
   registry_[i].step = in.step;
+  registry_[i].sync_master = true;  // the weights may be loaded before or after this
 }
 
 template <class DeviceExec, class StateMem>

@@ -35,14 +35,11 @@ class ShardPlan {
   const Tensor& param(std::size_t i) const { return params_[i].param; }
   const Tensor& grad(std::size_t i) const { return params_[i].grad; }
 
-  /// ZeRO-2: sums the ranks' grads of each shard into this rank's reduce buffers.
+  /// ZeRO-2: sums (or averages) the ranks' grads of each shard into this rank's reduce
+  /// buffers. Pre-sharded params' grads are neither: the framework reduced them already.
   void reduce_grads();
-  /// per_param[i] = the sum over ranks, in rank order, of every rank's per_param[i].
-  void combine(std::vector<double>& per_param);
   /// Every rank's updated pieces into every rank's params.
   void gather_params();
-  /// What the reduced grads are divided by: the world size for an average, else 1.
-  double grad_divisor() const;
   ZeroStage stage() const { return options_.stage; }
   Communicator& communicator() const { return *options_.communicator; }
 
@@ -68,7 +65,6 @@ class ShardPlan {
   std::vector<Param> params_;
   std::vector<Group> groups_;
   std::vector<unsigned char> gather_in_, gather_out_, staged_;
-  std::vector<double> sums_;
 };
 
 }  // namespace kopt::Impl

@@ -1,0 +1,142 @@
+// The grad norm, and so every clipped param, has the same bits at every world size as in
+// one process: shard boundaries of kopt's own (ZeRO-1/2) and of pre-sharded params at any
+// offset. Pre-sharded grads are taken as reduced: ZeRO-2's average does not divide them.
+// Runs at every world size (CTest: 1, 2, 3, 4 ranks).
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <cstring>
+#include <kopt/kopt.hpp>
+#include <kopt/mpi_communicator.hpp>
+
+#include "../hybrid_world.hpp"
+
+namespace {
+
+using kopt::DType;
+using kopt_test::Buffer;
+using kopt_test::HybridWorld;
+using kopt_test::ParamDef;
+
+int rank_of_world() {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+int size_of_world() {
+  int n = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  return n;
+}
+
+kopt::HybridOptions with_sharding(kopt::HybridOptions options, kopt::ZeroStage stage,
+                                  kopt::GradReduction reduction) {
+  options.sharding = kopt::ShardingOptions{std::make_shared<kopt::MpiCommunicator>(MPI_COMM_WORLD),
+                                           stage, reduction};
+  return options;
+}
+
+bool same_bits(double a, double b) { return std::memcmp(&a, &b, sizeof a) == 0; }
+
+// ZeRO-1 cuts params at shard boundaries (inside params of 1000 and 8199 elements); with
+// clipping on, every rank's norm and every param equal one process's, bitwise.
+TEST(ShardedNorm, ClippedZero1StepIsOneProcessBitwise) {
+  kopt::HybridOptions options;
+  options.max_grad_norm = 0.3;
+  const std::vector<kopt::AdamConfig> configs = {kopt::AdamConfig{},
+                                                 kopt::AdamConfig{.lr = 3e-3, .amsgrad = true}};
+  HybridWorld one(configs, kopt_test::mixed_defs(2), options, 41, {false, true});
+  HybridWorld zero(configs, kopt_test::mixed_defs(2),
+                   with_sharding(options, kopt::ZeroStage::one, kopt::GradReduction::sum), 41,
+                   {false, true});
+  for (int s = 0; s < 4; ++s) {
+    one.new_grads();
+    for (std::size_t j = 0; j < one.defs.size(); ++j) zero.grads[j].set(one.last_grads[j]);
+    const kopt::StepStats a = one.opt->step(), b = zero.opt->step();
+    EXPECT_TRUE(same_bits(a.grad_norm, b.grad_norm)) << a.grad_norm << " vs " << b.grad_norm;
+    EXPECT_TRUE(same_bits(a.clip_factor, b.clip_factor));
+    EXPECT_LT(b.clip_factor, 1.0);
+  }
+  for (std::size_t j = 0; j < one.defs.size(); ++j)
+    EXPECT_EQ(one.params[j].get(), zero.params[j].get()) << HybridWorld::name(j);
+}
+
+// Two params the training code shards itself, cut at offsets that are not multiples of
+// anything (rank r holds [n r^2 / w^2 + 7 r, ...)), beside one that kopt cuts. Their grads
+// arrive reduced (the average over ranks, as FSDP hands them over); kopt's own param gets
+// the same grad on every rank, so its average is that grad exactly. Under ZeRO-2 average
+// and sum alike: the norm, clip factor and params of one process on the whole tensors.
+void presharded_match(kopt::GradReduction reduction) {
+  const int world = size_of_world(), me = rank_of_world();
+  const std::int64_t sizes[] = {1001, 517, 37};
+  const DType types[] = {DType::f32, DType::bf16, DType::f32};
+  const auto cut = [&](std::int64_t n, int r) {
+    return r == world ? n : std::min(n, n * r * r / (world * world) + 7 * r);
+  };
+  std::vector<Buffer> full_p, full_g, part_p, part_g;
+  kopt::ParamGroup whole(kopt::AdamConfig{.lr = 1e-2}), parts(kopt::AdamConfig{.lr = 1e-2});
+  std::mt19937 rng(31);
+  std::uniform_int_distribution<int> k(-100, 100);
+  const auto random = [&](std::int64_t n) {  // multiples of 1/128: sums and means exact
+    std::vector<double> v(static_cast<std::size_t>(n));
+    for (double& x : v) x = k(rng) / 128.0;
+    return v;
+  };
+  std::vector<std::int64_t> lo(3), len(3);
+  for (std::size_t j = 0; j < 3; ++j) {
+    const bool cut_by_caller = j < 2;
+    lo[j] = cut_by_caller ? cut(sizes[j], me) : 0;
+    len[j] = cut_by_caller ? cut(sizes[j], me + 1) - lo[j] : sizes[j];
+    const std::vector<double> init = random(sizes[j]);
+    const auto n = static_cast<std::size_t>(sizes[j]), m = static_cast<std::size_t>(len[j]);
+    full_p.emplace_back(types[j], false, n);
+    full_g.emplace_back(types[j], false, n);
+    part_p.emplace_back(types[j], false, m);
+    part_g.emplace_back(types[j], false, m);
+    full_p[j].set(init);
+    part_p[j].set(std::vector<double>(init.begin() + lo[j], init.begin() + lo[j] + len[j]));
+    const std::string name = "w" + std::to_string(j);
+    whole.add(name, full_p[j].tensor(), full_g[j].tensor());
+    kopt::Tensor p = part_p[j].tensor(), g = part_g[j].tensor();
+    if (cut_by_caller) {
+      p = p.shard_of(sizes[j], lo[j]);
+      g = g.shard_of(sizes[j], lo[j]);
+    }
+    parts.add(name, p, g);
+  }
+  kopt::HybridOptions options;
+  options.max_grad_norm = 0.5;
+  kopt::HybridOptimizer one({whole}, options);
+  kopt::HybridOptimizer zero({parts}, with_sharding(options, kopt::ZeroStage::two, reduction));
+  for (int s = 0; s < 4; ++s) {
+    for (std::size_t j = 0; j < 3; ++j) {
+      const std::vector<double> g = random(sizes[j]);
+      full_g[j].set(g);
+      part_g[j].set(std::vector<double>(g.begin() + lo[j], g.begin() + lo[j] + len[j]));
+    }
+    if (reduction == kopt::GradReduction::sum) {  // kopt's param: the ranks' grads add up
+      std::vector<double> g = full_g[2].get();
+      for (double& x : g) x *= world;
+      full_g[2].set(g);
+    }
+    const kopt::StepStats a = one.step(), b = zero.step();
+    EXPECT_TRUE(same_bits(a.grad_norm, b.grad_norm)) << a.grad_norm << " vs " << b.grad_norm;
+    EXPECT_TRUE(same_bits(a.clip_factor, b.clip_factor));
+    EXPECT_LT(b.clip_factor, 1.0);
+  }
+  for (std::size_t j = 0; j < 3; ++j) {
+    const std::vector<double> all = full_p[j].get();
+    EXPECT_EQ(part_p[j].get(),
+              std::vector<double>(all.begin() + lo[j], all.begin() + lo[j] + len[j]))
+        << "w" << j;
+  }
+}
+
+TEST(ShardedNorm, PreShardedGradsUnderZero2AverageAreTakenAsReduced) {
+  presharded_match(kopt::GradReduction::average);
+}
+TEST(ShardedNorm, PreShardedGradsUnderZero2SumAreTakenAsReduced) {
+  presharded_match(kopt::GradReduction::sum);
+}
+
+}  // namespace
