@@ -14,6 +14,7 @@
 #include <kopt/impl/fault_injection.hpp>
 #include <kopt/impl/norm_parts.hpp>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace kopt::Impl {
@@ -23,13 +24,20 @@ namespace kopt::Impl {
 template <class GradT>
 KOPT_LOOP_FUNCTION void add_blocks(const GradT* KOPT_RESTRICT g, std::int64_t begin,
                                    std::int64_t end, ExactSum& acc) {
-  // Two accumulators: consecutive adds into one would wait on each other through memory.
+  // Two accumulators in turn: consecutive adds into one would wait on each other through
+  // the digits in memory.
   ExactSum other;
   std::int64_t i = begin;
-  for (int parity = 0; i + norm_block <= end; i += norm_block, parity ^= 1) {
-    float v[norm_block];
-    for (int b = 0; b < norm_block; b += f16_block) widen_block(g + i + b, v + b);
-    (parity ? other : acc).add(block_sum_of_squares(v));
+  for (int turn = 0; i + norm_block <= end; i += norm_block, turn ^= 1) {
+    double sum;
+    if constexpr (std::is_same_v<GradT, float>) {
+      sum = block_sum_of_squares(g + i);
+    } else {
+      float v[norm_block];
+      for (int b = 0; b < norm_block; b += f16_block) widen_block(g + i + b, v + b);
+      sum = block_sum_of_squares(v);
+    }
+    (turn == 0 ? acc : other).add(sum);
   }
   if (i < end) {
     float v[norm_block];
