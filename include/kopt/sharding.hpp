@@ -23,8 +23,9 @@ enum class ZeroStage : std::uint8_t {
   two = 2,
 };
 
-/// How ZeRO-2 combines the ranks' grads: their sum, or their mean (sum / world size, as
-/// DDP does; folded into the update's grad scale, and the reported norm is the mean's).
+/// How ZeRO-2 combines the ranks' grads of the params it cuts: their sum, or their mean
+/// (sum / world size, each element rounded once, as DDP does; the norm is the mean's).
+/// Grads of pre-sharded params (Tensor::shard_of) are taken as already reduced: neither.
 enum class GradReduction : std::uint8_t { sum, average };
 
 struct ShardingOptions {
