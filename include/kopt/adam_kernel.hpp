@@ -196,29 +196,66 @@ void visit_update_dtype(DType dtype, F&& f) {
   assert(false && "kopt: no kernel for this dtype; the registry should have refused it");
 }
 
-/// master[i] = float(param[i]) over chunks of 16-bit params: fills or refreshes masters.
+/// The master element a 16-bit param's next update starts from, after the training code may
+/// have written the param: the master itself where it rounds to the param (the update's own
+/// round to nearest even; bit patterns compared, so -0, Inf and NaN count exactly), else the
+/// param widened. A checkpoint's fp32 master thus survives its own weights being loaded again,
+/// and new weights win wherever they differ.
+template <class ParamT>
+KOKKOS_FORCEINLINE_FUNCTION float synced_master(float master, ParamT param) {
+  return from_float<ParamT>(master).bits == param.bits ? master : to_float(param);
+}
+
+/// out[i] = synced_master(master[i], param[i]) over one span (out may be master): for a
+/// RangePolicy on any space that reaches the three pointers.
+template <class ParamT>
+struct SyncSpanFunctor {
+  const ParamT* param;
+  const float* master;
+  float* out;
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t i) const {
+    out[i] = synced_master(master[i], param[i]);
+  }
+};
+
+/// master[i] = synced_master(master[i], param[i]) over chunks of 16-bit params, run before
+/// the update of params whose masters may be stale (new, loaded or reloaded).
 template <class ExecSpace, class ParamT>
-struct WidenToMasterFunctor {
+struct SyncMasterFunctor {
   using memory_space = typename ExecSpace::memory_space;
   Kokkos::View<const AdamSlot*, memory_space> slots_;
   Kokkos::View<const Chunk*, memory_space> chunks_;
 
-  KOKKOS_FORCEINLINE_FUNCTION void widen(const AdamSlot& slot, std::int64_t begin, std::int64_t end,
-                                         std::int64_t stride) const {
+  KOKKOS_FORCEINLINE_FUNCTION void sync(const AdamSlot& slot, std::int64_t begin, std::int64_t end,
+                                        std::int64_t stride) const {
     const ParamT* KOPT_RESTRICT param = static_cast<const ParamT*>(slot.param);
     float* KOPT_RESTRICT master = slot.master;
-    for (std::int64_t i = begin; i < end; i += stride) master[i] = to_float(param[i]);
+    for (std::int64_t i = begin; i < end; i += stride)
+      master[i] = synced_master(master[i], param[i]);
   }
   KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t c) const {
     const Chunk chunk = chunks_(c);
-    widen(slots_(chunk.slot), chunk.begin, chunk.end, 1);
+    sync(slots_(chunk.slot), chunk.begin, chunk.end, 1);
   }
   template <class Member>
   KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
     const Chunk chunk = chunks_(team.league_rank());
-    widen(slots_(chunk.slot), chunk.begin + team.team_rank(), chunk.end, team.team_size());
+    sync(slots_(chunk.slot), chunk.begin + team.team_rank(), chunk.end, team.team_size());
   }
 };
+
+/// Launches the master sync of `chunks`, all of params of 16-bit `dtype`.
+template <class ExecSpace>
+void launch_sync(const ExecSpace& exec, const std::string& label, DType dtype,
+                 const Kokkos::View<const AdamSlot*, typename ExecSpace::memory_space>& slots,
+                 const Kokkos::View<const Chunk*, typename ExecSpace::memory_space>& chunks) {
+  visit_update_dtype(dtype, [&](auto param_type) {
+    using P = decltype(param_type);
+    if constexpr (!std::is_same_v<P, float>)  // f32 params have no master
+      launch_chunks(exec, label, static_cast<std::int64_t>(chunks.extent(0)),
+                    SyncMasterFunctor<ExecSpace, P>{slots, chunks});
+  });
+}
 
 /// Launches the fused update of `chunks` for one kernel class: the dtypes and the variant are
 /// chosen here, once, so the element loop has no branch on them.

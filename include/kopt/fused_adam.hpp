@@ -135,7 +135,7 @@ class FusedAdam {
   std::vector<int> signature_;  ///< per entry: kernel class + 1, or 0 if skipped
   std::vector<KernelClass> classes_;
   Impl::GradNorms<ExecSpace> norms_;  ///< over every present grad, any class
-  std::vector<int> next_signature_;  ///< step()'s scratch
+  std::vector<int> next_signature_;   ///< step()'s scratch
   std::vector<ClassKey> next_keys_;
   /// The master sync step() runs first: entries (flagged, updated) and their chunk tables.
   struct SyncTable {

@@ -98,8 +98,11 @@ class HybridOptimizer {
   /// (model moved between devices, tensors resized or re-created, a mixed-precision wrapper
   /// swapping tensors).
   void rebind(const std::string& name, const Tensor& param, const Tensor& grad);
-  /// Refreshes every fp32 master copy, in every memory space, from the current params (call
-  /// after loading model weights into the params). Waits for the copies.
+  /// Call after writing model weights into the params of an optimizer that has stepped:
+  /// the next step takes each fp32 master element (every memory space, offloaded ones too)
+  /// from its param unless the master already rounds to it, so the exact masters of a load()
+  /// survive their own weights. Until that step the params may still change. Lazy: copies
+  /// nothing itself.
   void reload_model_params();
 
   /// Writes everything a bit-exact resume needs (group configs, per-param step counts,
@@ -112,7 +115,9 @@ class HybridOptimizer {
   /// grouping, checking everything (format, checksums, names, sizes, dtypes, configs)
   /// before changing anything: on any mismatch it throws kopt::CheckpointError naming the
   /// file, the param and what differs, and the optimizer is as before. Group configs are
-  /// taken from the file. Params are not touched: load the model weights separately.
+  /// taken from the file. Params are not touched: load the model weights separately, before
+  /// or after this call (the next step reconciles each master with its param as after
+  /// reload_model_params(); the file's masters are kept where the weights match them).
   void load(const std::string& path, const LoadOptions& options = {});
 
   /// The scale the training code multiplies its loss by (1 without loss scaling).

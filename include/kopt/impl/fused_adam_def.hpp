@@ -257,6 +257,10 @@ void FusedAdam<ExecSpace>::step(double grad_scale) {
       ++registry_[i].step;
       registry_[i].sync_master = false;  // from now on the master leads, the param follows
     }
+  // Every synced entry was just updated: the next step syncs none of them. Freed now, so
+  // that a steady-state step frees (and, in Kokkos 3.4, launches a destructor for) nothing.
+  sync_entries_.clear();
+  sync_tables_.clear();
 }
 
 template <class ExecSpace>

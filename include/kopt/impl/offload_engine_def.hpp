@@ -346,9 +346,10 @@ void OffloadEngine<DeviceExec, StateMem>::sync_span_(DType dtype, const void* pa
   visit_update_dtype(dtype, [&](auto param_type) {
     using ParamT = decltype(param_type);
     if constexpr (!std::is_same_v<ParamT, float>)  // an f32 master is the param copied
-      Kokkos::parallel_for(label_ + "::sync_master",
-                           Kokkos::RangePolicy<HostExec, Kokkos::IndexType<std::int64_t>>(host_, 0, n),
-                           SyncSpanFunctor<ParamT>{static_cast<const ParamT*>(param), master, out});
+      Kokkos::parallel_for(
+          label_ + "::sync_master",
+          Kokkos::RangePolicy<HostExec, Kokkos::IndexType<std::int64_t>>(host_, 0, n),
+          SyncSpanFunctor<ParamT>{static_cast<const ParamT*>(param), master, out});
   });
   Impl::fence(host_, label_ + "::sync_master");
 }
@@ -389,8 +390,7 @@ void OffloadEngine<DeviceExec, StateMem>::get_state(const std::string& name, Hos
     if (e.sync_master) {  // what the next update would start from, the engine's left as is
       std::vector<unsigned char> param(n * size_of(e.param.dtype));
       copy_bytes(param.data(), MemorySpace::host, e.param.data, e.param.space, param.size());
-      sync_span_(e.param.dtype, param.data(), out.master.data(), out.master.data(),
-                 e.param.numel);
+      sync_span_(e.param.dtype, param.data(), out.master.data(), out.master.data(), e.param.numel);
     }
   }
   out.step = e.step;

@@ -34,6 +34,10 @@ struct ParamEntry {
   std::int64_t step = 0;            ///< completed updates of this param
   std::int64_t state_offset = -1;   ///< into the moment buffers; -1 until laid out
   std::int64_t master_offset = -1;  ///< into the master buffer; -1 for fp32 params
+  /// The master must be reconciled with the param before this param's next update (see
+  /// Impl::synced_master): set when added, loaded (set_state) or reloaded, cleared by the
+  /// update. Until then the training code may write the param and the master follows.
+  bool sync_master = true;
 };
 
 class ParamRegistry {
