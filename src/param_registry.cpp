@@ -116,7 +116,8 @@ void ParamRegistry::validate_configs() const {
     try {
       configs_[g].validate();
     } catch (const InvalidArgument& e) {
-      throw InvalidArgument(owner_ + ": group " + std::to_string(g) + ": " + e.what());
+      throw InvalidArgument(owner_ + ": group " + std::to_string(g) + ": " +
+                            Impl::without_kopt_prefix(e.what()));
     }
   }
 }

@@ -121,12 +121,12 @@ TEST_F(BadInput, MemoryTheEngineCannotReach) {
   expect_unchanged();
 }
 
-TEST(KoptError, MessagesCarryFileAndLine) {
+TEST(KoptError, MessagesCarryFileNameAndLine) {
   try {
     kopt::AdamConfig{.lr = -2}.validate();
     FAIL();
-  } catch (const kopt::Error& e) {
-    EXPECT_NE(std::string(e.what()).find("adam_config.cpp:"), std::string::npos) << e.what();
+  } catch (const kopt::Error& e) {  // the file's name only: no directory of the build machine
+    EXPECT_NE(std::string(e.what()).find("[adam_config.cpp:"), std::string::npos) << e.what();
   }
 }
 

@@ -213,7 +213,7 @@ std::vector<Row> rows() {
        [](M& m) { m.opt->rebind("p0", Tensor(nullptr, 13, DType::f32), f32(13)); }},
       {"rebind grad of another size", Kind::shape, "has 7 elements",
        [](M& m) { m.opt->rebind("p0", f32(13), f32(7)); }},
-      {"step with lr NaN", Kind::invalid, "group 1: kopt: AdamConfig.lr = nan",
+      {"step with lr NaN", Kind::invalid, "group 1: AdamConfig.lr = nan",
        [](M& m) { step_with(m, 1, [](kopt::AdamConfig& c) { c.lr = NAN; }); }},
       {"step with beta2 1.5", Kind::invalid, "beta2 = 1.5",
        [](M& m) { step_with(m, 0, [](kopt::AdamConfig& c) { c.beta2 = 1.5; }); }},

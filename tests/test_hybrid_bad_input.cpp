@@ -103,7 +103,7 @@ TEST_F(HybridBadInput, SizeOrDtypeChangeOnRebind) {
 TEST_F(HybridBadInput, NonFiniteLearningRateIsRefusedBeforeAnythingMoves) {
   w.opt->group(1).config().lr = NAN;
   w.new_grads(w.opt->loss_scale());
-  expect_error<kopt::InvalidArgument>([&] { w.opt->step(); }, "group 1: kopt: AdamConfig.lr = nan");
+  expect_error<kopt::InvalidArgument>([&] { w.opt->step(); }, "group 1: AdamConfig.lr = nan");
   expect_unchanged();
   expect_error<kopt::InvalidArgument>([&] { w.opt->group(2); }, "group 2 does not exist");
 }

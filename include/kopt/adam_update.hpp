@@ -3,10 +3,23 @@
 /// The Adam/AdamW update of one element: the math, written once. Every kernel and every
 /// backend calls this function; none repeats it.
 
+#include <cstdint>
 #include <kopt/adam_config.hpp>
 #include <kopt/compat.hpp>
+#include <kopt/storage_types.hpp>
 
 namespace kopt::Impl {
+
+/// `lerp` when it is finite, else `fallback` (NaN counts as not finite). Written as integer
+/// masks, not `?:`: with a select GCC 12 sinks the fallback into a branch of its own and
+/// then cannot if-convert the loop (it does not speculate float ops that may trap), and the
+/// f32 and bf16 update loops do not vectorize. Masks leave no branch; host and device run
+/// the same integer ops.
+KOKKOS_FORCEINLINE_FUNCTION float finite_or(float lerp, float fallback) {
+  const std::uint32_t l = float_bits(lerp);
+  const std::uint32_t keep = 0u - static_cast<std::uint32_t>((l & 0x7f800000u) != 0x7f800000u);
+  return bits_float((l & keep) | (float_bits(fallback) & ~keep));
+}
 
 /// One element's fused Adam/AdamW update in float, with the step's scalars `s` (see
 /// AdamConfig for the equations; the scalars fold maximize into the sign of grad_scale,
@@ -20,6 +33,12 @@ namespace kopt::Impl {
 /// itself; a float beta2 = 0.999 is off by ~3e-8 absolute, which biases v by ~3e-5 over a
 /// thousand steps. Likewise the decoupled decay applies lr * weight_decay, not the rounded
 /// factor 1 - lr * weight_decay, whose error would compound into the params step after step.
+/// Where an interpolation form is not finite, torch's form beta x + (1 - beta) y decides that
+/// element instead: once v is inf (one grad above ~1.8e19 makes g*g overflow), g^2 - v is
+/// inf - inf = NaN and the param would stay NaN for good, while torch keeps v at inf and the
+/// element's update at ~0; (1 - beta2) g g, multiplied in torch's order, holds v finite up to
+/// |g| ~ 5.8e20; and m's g - m overflows for a huge g opposite to a huge m where torch's m
+/// stays finite. Finite interpolations are kept bit for bit, so accuracy is unchanged.
 /// Memory per element, done by the caller: read grad, p (or its fp32 master), m, v; write
 /// p, m, v (+ the rounded 16-bit param): 28 bytes for fp32 and for bf16/f16 with master.
 /// `vmax` is read and written only when Amsgrad (4 + 4 more bytes).
@@ -27,8 +46,11 @@ template <bool Amsgrad>
 KOKKOS_FORCEINLINE_FUNCTION float adam_update(float p, float grad, float& m, float& v, float& vmax,
                                               const AdamStepScalars& s) {
   const float g = grad * s.grad_scale + s.l2_decay * p;
-  m = m + s.one_minus_beta1 * (g - m);
-  v = v + s.one_minus_beta2 * (g * g - v);
+  // The fallbacks take beta as 1 - (1 - beta) in float, off by ~3e-8: harmless, for they
+  // decide only elements whose interpolation overflowed (and v, once inf, stays inf).
+  const float a1 = s.one_minus_beta1, a2 = s.one_minus_beta2;
+  m = finite_or(m + a1 * (g - m), (1.0f - a1) * m + a1 * g);
+  v = finite_or(v + a2 * (g * g - v), (1.0f - a2) * v + (a2 * g) * g);
   float second = v;
   if constexpr (Amsgrad) {
     vmax = vmax < v ? v : vmax;

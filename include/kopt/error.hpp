@@ -1,12 +1,15 @@
 #pragma once
 /// \file
 /// kopt's one error hierarchy. Every exception kopt throws for bad user input derives
-/// from kopt::Error and carries the file and line that detected it, so a report from a
-/// large training run points at the check that fired.
+/// from kopt::Error; its message starts with the function or argument at fault and ends
+/// with the source file's name (no directories) and line of the check that fired, e.g.
+/// "kopt: AdamConfig.lr = -2 is invalid: must be finite and >= 0 [adam_config.cpp:9]", so a
+/// report from a large training run points at the check without naming the build tree.
 
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 namespace kopt {
 
@@ -62,13 +65,26 @@ class InconsistentState : public Error {
 };
 
 namespace Impl {
-/// Builds "kopt: <msg> [file:line]".
+/// Builds "kopt: <msg> [name.cpp:line]" from `file` = __FILE__: users read the message,
+/// and the build machine's directories mean nothing to them (nor should they see them), so
+/// only the file's name is kept. A `msg` that already starts with "kopt" (an owner such as
+/// "kopt::HybridOptimizer: ..." or "kopt C API: ...") gets no second "kopt: ".
 inline std::string error_message(const std::string& msg, const char* file, int line) {
+  std::string_view name(file);
+  const auto slash = name.find_last_of("/\\");
+  if (slash != std::string_view::npos) name.remove_prefix(slash + 1);
   std::ostringstream out;
-  out << "kopt: " << msg << " [" << file << ':' << line << ']';
+  if (msg.rfind("kopt:", 0) != 0 && msg.rfind("kopt ", 0) != 0) out << "kopt: ";
+  out << msg << " [" << name << ':' << line << ']';
   return out.str();
 }
-/// The message of the exception being handled (call inside a catch block).
+/// `what` without a leading "kopt: ": a caught kopt message embedded in another one (which
+/// has its own prefix) then does not read "kopt: ... kopt: ...".
+inline std::string without_kopt_prefix(const std::string& what) {
+  return what.rfind("kopt: ", 0) == 0 ? what.substr(6) : what;
+}
+/// The message of the exception being handled, without a leading "kopt: " (call inside a
+/// catch block; the result is embedded in another kopt message).
 std::string what_of_current();
 /// Throws kopt::NotInitialized naming `who` unless Kokkos is initialized (and not finalized).
 void require_kokkos(const char* who);
