@@ -37,8 +37,9 @@ KOKKOS_FORCEINLINE_FUNCTION float finite_or(float lerp, float fallback) {
 /// element instead: once v is inf (one grad above ~1.8e19 makes g*g overflow), g^2 - v is
 /// inf - inf = NaN and the param would stay NaN for good, while torch keeps v at inf and the
 /// element's update at ~0; (1 - beta2) g g, multiplied in torch's order, holds v finite up to
-/// |g| ~ 5.8e20; and m's g - m overflows for a huge g opposite to a huge m where torch's m
-/// stays finite. Finite interpolations are kept bit for bit, so accuracy is unchanged.
+/// |g| ~ 5.8e20; and m's g - m overflows for a huge g opposite to a huge m where
+/// beta1 m + (1 - beta1) g stays finite (torch's lerp_ path overflows there too, and its
+/// param goes NaN). Finite interpolations are kept bit for bit, so accuracy is unchanged.
 /// Memory per element, done by the caller: read grad, p (or its fp32 master), m, v; write
 /// p, m, v (+ the rounded 16-bit param): 28 bytes for fp32 and for bf16/f16 with master.
 /// `vmax` is read and written only when Amsgrad (4 + 4 more bytes).
