@@ -41,10 +41,13 @@ class Engine {
   virtual void fence() = 0;
   virtual std::int64_t step_count(const std::string& name) const = 0;
   virtual std::size_t state_bytes() const = 0;
-  /// The state of `name`, copied to the host (allocating the engine's state if needed).
+  /// The state of `name`, copied to the host (allocating the engine's state if needed); a
+  /// master still to be reconciled (ParamEntry::sync_master) as its next update would take
+  /// it from the param now, the engine's own left unchanged.
   virtual void get_state(const std::string& name, HostParamState& out) = 0;
   /// Overwrites the state of `name`; arrays sized to its numel (the caller checked them),
-  /// an empty max or master leaves that part as it is. Blocks.
+  /// an empty max or master leaves that part as it is. Blocks. Flags the master to be
+  /// reconciled with the param at its next update: weights may be loaded before or after.
   virtual void set_state(const std::string& name, const HostParamState& in) = 0;
   /// The execution space that serves the params' memory: "OpenMP", "Cuda", ...
   virtual const char* space_name() const = 0;
