@@ -23,8 +23,7 @@ void agree(Communicator& comm, const std::string& error, const std::string& what
   comm.all_gather_bytes(&mine, all.data(), std::vector<std::size_t>(all.size(), 1));
   // `error` is a whole message already (prefix, file and line): wrapping it again would
   // read "kopt: kopt: ... [checkpoint.cpp:N]".
-  if (!error.empty())
-    throw CheckpointError(error.rfind("kopt", 0) == 0 ? error : "kopt: " + error);
+  if (!error.empty()) throw CheckpointError(error.rfind("kopt", 0) == 0 ? error : "kopt: " + error);
   for (std::size_t r = 0; r < all.size(); ++r)
     KOPT_THROW_IF_AS(CheckpointError, all[r] != 0, what << " failed on rank " << r);
 }
@@ -212,7 +211,7 @@ void HybridOptimizer::load(const std::string& path, const LoadOptions& options) 
   const std::string index_file = (fs::path(path) / Impl::kIndexName).string();
   std::vector<AdamConfig> configs(groups_.size());
   std::vector<bool> config_found(groups_.size(), false);
-  std::vector<std::int64_t> steps(where_.size(), -1);        // -1: not in the file
+  std::vector<std::int64_t> steps(where_.size(), -1);                // -1: not in the file
   std::vector<std::pair<std::size_t, Impl::HostParamState>> states;  // by ordinal
   Impl::Index index;
   std::string error;

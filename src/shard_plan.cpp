@@ -102,7 +102,8 @@ Tensor ShardPlan::local(std::size_t i, const Tensor& t) const {
   if (p.presharded || t.is_null()) return t;
   // Marked as a piece of the whole param: the engines' norm passes need to know where it
   // ends (its last block may be cut).
-  return t.slice(p.segment.param_offset, p.segment.length).shard_of(t.numel, p.segment.param_offset);
+  return t.slice(p.segment.param_offset, p.segment.length)
+      .shard_of(t.numel, p.segment.param_offset);
 }
 
 Tensor ShardPlan::local_grad(std::size_t i, const Tensor& grad) const {

@@ -26,7 +26,7 @@ double value_of(std::initializer_list<double> xs) {
 
 TEST(ExactSum, RoundsOnceToNearestEven) {
   const double two53 = std::ldexp(1.0, 53);
-  EXPECT_EQ(value_of({two53, 1.0}), two53);  // a tie: to even
+  EXPECT_EQ(value_of({two53, 1.0}), two53);                             // a tie: to even
   EXPECT_EQ(value_of({two53, 1.0, std::ldexp(1.0, -298)}), two53 + 2);  // just above the tie
   EXPECT_EQ(value_of({two53 + 2, 1.0}), two53 + 4);                     // a tie: to even
   EXPECT_EQ(value_of({1.0, std::ldexp(1.0, -100)}), 1.0);
@@ -146,9 +146,9 @@ namespace {
 // and placement; every step's norm and the clipped params are recorded.
 struct Layout {
   std::vector<std::size_t> group_of = {0, 0, 0, 0, 0};  // per tensor
-  std::vector<std::size_t> order = {0, 1, 2, 3, 4};    // registration order of the tensors
-  std::vector<bool> offloaded = {};                    // per group
-  DType dtype_of_3 = DType::f32;                       // another dtype: another engine
+  std::vector<std::size_t> order = {0, 1, 2, 3, 4};     // registration order of the tensors
+  std::vector<bool> offloaded = {};                     // per group
+  DType dtype_of_3 = DType::f32;                        // another dtype: another engine
 };
 struct Outcome {
   std::vector<double> norms;
@@ -168,9 +168,9 @@ Outcome run(const Layout& l, int steps = 3) {
   for (const std::size_t gr : l.group_of) num_groups = std::max(num_groups, gr + 1);
   std::vector<kopt::ParamGroup> groups;
   for (std::size_t gr = 0; gr < num_groups; ++gr)
-    groups.emplace_back(kopt::AdamConfig{.lr = 1e-2},
-                        gr < l.offloaded.size() && l.offloaded[gr] ? kopt::StatePlacement::host
-                                                                   : kopt::StatePlacement::with_params);
+    groups.emplace_back(kopt::AdamConfig{.lr = 1e-2}, gr < l.offloaded.size() && l.offloaded[gr]
+                                                          ? kopt::StatePlacement::host
+                                                          : kopt::StatePlacement::with_params);
   for (const std::size_t t : l.order)
     groups[l.group_of[t]].add("t" + std::to_string(t), p[t].tensor(), g[t].tensor());
   kopt::HybridOptimizer opt(groups, {.max_grad_norm = 1.0});
@@ -206,10 +206,10 @@ TEST(GradNorm, SameBitsForEveryGroupingOrderEngineAndPlacement) {
   const Outcome base = run(Layout{});
   expect_same_bits(base, run(Layout{.group_of = {0, 1, 2, 0, 1}}), true, "groups 0 1 2 0 1");
   expect_same_bits(base, run(Layout{.order = {4, 3, 2, 1, 0}}), true, "reversed order");
-  expect_same_bits(base, run(Layout{.group_of = {1, 0, 1, 0, 1}, .order = {2, 4, 0, 3, 1}}),
-                   true, "regrouped and reordered");
-  expect_same_bits(base, run(Layout{.group_of = {0, 1, 0, 1, 1}, .offloaded = {false, true}}),
-                   true, "two tensors offloaded");
+  expect_same_bits(base, run(Layout{.group_of = {1, 0, 1, 0, 1}, .order = {2, 4, 0, 3, 1}}), true,
+                   "regrouped and reordered");
+  expect_same_bits(base, run(Layout{.group_of = {0, 1, 0, 1, 1}, .offloaded = {false, true}}), true,
+                   "two tensors offloaded");
   expect_same_bits(base, run(Layout{.offloaded = {true}}), true, "all offloaded");
   // A bf16 param with the same f32 grads: its own engine; the same norm, step after step.
   const Outcome split = run(Layout{.dtype_of_3 = DType::bf16}, 1);

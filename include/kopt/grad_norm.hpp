@@ -172,14 +172,16 @@ class GradNorms {
       const auto slot = static_cast<std::int32_t>(p.slot);
       for (std::int64_t b = body.body_begin; b < body.body_end; b += chunk)
         chunks.push_back(Chunk{b, std::min(body.body_end, b + chunk), slot});
-      for (const auto& [b, e] : {std::pair{std::int64_t{0}, body.body_begin},
-                                 std::pair{body.body_end, p.numel}}) {
+      for (const auto& [b, e] :
+           {std::pair{std::int64_t{0}, body.body_begin}, std::pair{body.body_end, p.numel}}) {
         if (b == e) continue;
         const std::int64_t at = p.global_offset + b;
         fragment_chunks.push_back(Chunk{b, e, slot});
-        meta.push_back(NormFragment{p.slot, at / norm_block,
+        meta.push_back(NormFragment{p.slot,
+                                    at / norm_block,
                                     static_cast<std::int32_t>(at % norm_block),
-                                    static_cast<std::int32_t>(e - b), {}});
+                                    static_cast<std::int32_t>(e - b),
+                                    {}});
       }
     }
     const auto bodies = static_cast<std::int64_t>(chunks.size());

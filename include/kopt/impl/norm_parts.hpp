@@ -36,8 +36,7 @@ struct NormParts {
 struct PieceBlocks {
   std::int64_t body_begin, body_end;
 };
-PieceBlocks piece_blocks(std::int64_t numel, std::int64_t global_offset,
-                         std::int64_t global_numel);
+PieceBlocks piece_blocks(std::int64_t numel, std::int64_t global_offset, std::int64_t global_numel);
 
 /// Adds to parts.sum every block the fragments make up (fragments of one param and block
 /// merged, missing elements zero), then clears the fragments.
