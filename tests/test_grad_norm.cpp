@@ -75,27 +75,86 @@ TEST(ExactSum, AnyOrderAndSplitGivesTheSameBits) {
   EXPECT_NEAR(ref.value(), static_cast<double>(sum), 1e-16 * static_cast<double>(sum));
 }
 
-// The host's vector-FMA block sum against the portable one (devices run that), bitwise, on
-// random blocks of every magnitude, with zeros, subnormals and extremes.
-TEST(GradNorm, VectorBlockSumMatchesThePortableOneBitwise) {
+// ExponentWindow (the host pass's cheap exact adds) gives ExactSum::add's digits: values in
+// and out of its window, past its capacity, at both ends of the fixed point, and specials.
+TEST(ExactSum, ExponentWindowGivesTheDigitsOfSingleAdds) {
+  using kopt::Impl::ExponentWindow;
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<double> mant(1.0, 2.0);
+  const int top = ExactSum::overflow_biased - 1023;  // 2^top: add() counts it as +Inf
+  for (const int spread : {0, 8, 40, 90, 600}) {
+    for (const int centre : {-297, -250, 0, 200, top - 70, top - 2}) {
+      std::uniform_int_distribution<int> expo(std::max(-298, centre - spread),
+                                              std::min(top + 1, centre + spread));
+      ExactSum single, windowed;
+      ExponentWindow window;
+      for (int i = 0; i < 3 * ExponentWindow::capacity + 17; ++i) {
+        // Multiples of 2^-298, like every sum of squares of floats.
+        const int e = expo(rng);
+        double x = std::ldexp(std::floor(std::ldexp(mant(rng), 52)), e - 52);
+        if (e - 52 < -298) x = std::ldexp(std::floor(std::ldexp(x, 298)), -298);
+        if (i % 97 == 5) x = 0.0;
+        single.add(x);
+        window.add(x, windowed);
+      }
+      window.flush(windowed);
+      single.normalize();
+      windowed.normalize();
+      SCOPED_TRACE("spread " + std::to_string(spread) + " centre " + std::to_string(centre));
+      EXPECT_EQ(std::memcmp(single.digit, windowed.digit, sizeof single.digit), 0);
+      EXPECT_EQ(single.special, windowed.special);
+    }
+  }
+  for (const double special : {HUGE_VAL, std::nan(""), -std::nan("")}) {
+    ExactSum windowed;
+    ExponentWindow window;
+    window.add(1.0, windowed);
+    window.add(special, windowed);
+    window.add(3.0, windowed);
+    window.flush(windowed);
+    EXPECT_EQ(windowed.special, std::isnan(special) ? ExactSum::saw_nan : ExactSum::saw_inf);
+  }
+}
+
+// The host's vector-FMA block sums (fp32, and bf16 / fp16 read as they are stored) against
+// the portable one on the widened floats (devices run that), bitwise, on random blocks of
+// every magnitude, with zeros, subnormals and extremes.
+template <class T>
+void vector_block_sum_matches_portable() {
+  SCOPED_TRACE(kopt::name_of(kopt::dtype_of<T>()));
   std::mt19937 rng(9);
   std::uniform_int_distribution<std::uint32_t> bits;
   std::normal_distribution<float> d(0, 1);
   for (int trial = 0; trial < 20000; ++trial) {
-    float v[kopt::Impl::norm_block];
-    for (float& x : v) {
+    T v[kopt::Impl::norm_block];
+    float w[kopt::Impl::norm_block];
+    for (int k = 0; k < kopt::Impl::norm_block; ++k) {
       if (trial % 2) {  // any finite bit pattern
         std::uint32_t u = bits(rng);
-        if ((u >> 23 & 0xff) == 0xff) u &= ~(std::uint32_t{1} << 30);
-        std::memcpy(&x, &u, sizeof x);
+        if constexpr (std::is_same_v<T, float>) {
+          if ((u >> 23 & 0xff) == 0xff) u &= ~(std::uint32_t{1} << 30);
+          std::memcpy(&v[k], &u, sizeof u);
+        } else {
+          const auto exp_bits = std::is_same_v<T, kopt::bfloat16> ? 0x7f80u : 0x7c00u;
+          u &= 0xffffu;
+          if ((u & exp_bits) == exp_bits) u &= ~0x4000u;
+          v[k].bits = static_cast<std::uint16_t>(u);
+        }
       } else {
-        x = d(rng) * std::ldexp(1.0f, trial % 40 - 20);
+        v[k] = kopt::Impl::from_float<T>(d(rng) * std::ldexp(1.0f, trial % 40 - 20));
       }
+      w[k] = kopt::Impl::to_float(v[k]);
     }
     const double a = kopt::Impl::block_sum_of_squares(v);
-    const double b = kopt::Impl::block_sum_of_squares_portable(v);
+    const double b = kopt::Impl::block_sum_of_squares_portable(w);
     ASSERT_EQ(std::memcmp(&a, &b, sizeof a), 0) << "trial " << trial << ": " << a << " vs " << b;
   }
+}
+
+TEST(GradNorm, VectorBlockSumMatchesThePortableOneBitwise) {
+  vector_block_sum_matches_portable<float>();
+  vector_block_sum_matches_portable<kopt::bfloat16>();
+  vector_block_sum_matches_portable<kopt::float16>();
 }
 
 // The device path (one team per chunk, a thread per block, a team reduction) run on the

@@ -24,27 +24,18 @@ namespace kopt::Impl {
 template <class GradT>
 KOPT_LOOP_FUNCTION void add_blocks(const GradT* KOPT_RESTRICT g, std::int64_t begin,
                                    std::int64_t end, ExactSum& acc) {
-  // Two accumulators in turn: consecutive adds into one would wait on each other through
-  // the digits in memory.
-  ExactSum other;
+  ExponentWindow window;
   std::int64_t i = begin;
-  for (int turn = 0; i + norm_block <= end; i += norm_block, turn ^= 1) {
-    double sum;
-    if constexpr (std::is_same_v<GradT, float>) {
-      sum = block_sum_of_squares(g + i);
-    } else {
-      float v[norm_block];
-      for (int b = 0; b < norm_block; b += f16_block) widen_block(g + i + b, v + b);
-      sum = block_sum_of_squares(v);
-    }
-    (turn == 0 ? acc : other).add(sum);
+  for (; i + norm_block <= end; i += norm_block) {
+    prefetch_block_ahead(g + i);
+    window.add(block_sum_of_squares(g + i), acc);
   }
+  window.flush(acc);
   if (i < end) {
     float v[norm_block];
     for (int k = 0; k < norm_block; ++k) v[k] = i + k < end ? to_float(g[i + k]) : 0.0f;
     acc.add(block_sum_of_squares(v));
   }
-  acc.join(other);
   acc.normalize();
 }
 

@@ -10,6 +10,7 @@
 #include <kopt/mpi_communicator.hpp>
 
 #include "../hybrid_world.hpp"
+#include "world.hpp"
 
 namespace {
 
@@ -18,23 +19,9 @@ using kopt_test::Buffer;
 using kopt_test::HybridWorld;
 using kopt_test::ParamDef;
 
-int rank_of_world() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-int size_of_world() {
-  int n = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
-  return n;
-}
-
-kopt::HybridOptions with_sharding(kopt::HybridOptions options, kopt::ZeroStage stage,
-                                  kopt::GradReduction reduction) {
-  options.sharding = kopt::ShardingOptions{std::make_shared<kopt::MpiCommunicator>(MPI_COMM_WORLD),
-                                           stage, reduction};
-  return options;
-}
+using kopt_test::sharded;
+using kopt_test::world_rank;
+using kopt_test::world_size;
 
 bool same_bits(double a, double b) { return std::memcmp(&a, &b, sizeof a) == 0; }
 
@@ -47,7 +34,7 @@ TEST(ShardedNorm, ClippedZero1StepIsOneProcessBitwise) {
                                                  kopt::AdamConfig{.lr = 3e-3, .amsgrad = true}};
   HybridWorld one(configs, kopt_test::mixed_defs(2), options, 41, {false, true});
   HybridWorld zero(configs, kopt_test::mixed_defs(2),
-                   with_sharding(options, kopt::ZeroStage::one, kopt::GradReduction::sum), 41,
+                   sharded(options, kopt::ZeroStage::one, kopt::GradReduction::sum), 41,
                    {false, true});
   for (int s = 0; s < 4; ++s) {
     one.new_grads();
@@ -67,7 +54,7 @@ TEST(ShardedNorm, ClippedZero1StepIsOneProcessBitwise) {
 // the same grad on every rank, so its average is that grad exactly. Under ZeRO-2 average
 // and sum alike: the norm, clip factor and params of one process on the whole tensors.
 void presharded_match(kopt::GradReduction reduction) {
-  const int world = size_of_world(), me = rank_of_world();
+  const int world = world_size(), me = world_rank();
   const std::int64_t sizes[] = {1001, 517, 37};
   const DType types[] = {DType::f32, DType::bf16, DType::f32};
   const auto cut = [&](std::int64_t n, int r) {
@@ -107,7 +94,7 @@ void presharded_match(kopt::GradReduction reduction) {
   kopt::HybridOptions options;
   options.max_grad_norm = 0.5;
   kopt::HybridOptimizer one({whole}, options);
-  kopt::HybridOptimizer zero({parts}, with_sharding(options, kopt::ZeroStage::two, reduction));
+  kopt::HybridOptimizer zero({parts}, sharded(options, kopt::ZeroStage::two, reduction));
   for (int s = 0; s < 4; ++s) {
     for (std::size_t j = 0; j < 3; ++j) {
       const std::vector<double> g = random(sizes[j]);

@@ -8,6 +8,7 @@
 #include <kopt/mpi_communicator.hpp>
 
 #include "../hybrid_world.hpp"
+#include "world.hpp"
 
 namespace {
 
@@ -15,23 +16,9 @@ using kopt::DType;
 using kopt_test::HybridWorld;
 using kopt_test::ParamDef;
 
-int world_rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-int world_size() {
-  int n = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
-  return n;
-}
-
-kopt::HybridOptions sharded(kopt::HybridOptions options, kopt::ZeroStage stage,
-                            kopt::GradReduction reduction = kopt::GradReduction::sum) {
-  options.sharding = kopt::ShardingOptions{std::make_shared<kopt::MpiCommunicator>(MPI_COMM_WORLD),
-                                           stage, reduction};
-  return options;
-}
+using kopt_test::sharded;
+using kopt_test::world_rank;
+using kopt_test::world_size;
 
 // Three groups of different configs; sizes that do not divide evenly, a param smaller than
 // one shard, and (at 3-4 ranks) ranks whose shard of group 2 is empty.

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <kopt/communicator.hpp>
+#include <kopt/impl/block_sum.hpp>
 #include <kopt/impl/exact_sum.hpp>
 #include <vector>
 
