@@ -2,6 +2,8 @@
 // with clipping and loss scaling on (the norm pass, the overflow check, the scaled update)
 // against the ceiling of its two passes (read the grads; the update's pattern) and against the
 // same step without them; on a device build, host and device groups in one step.
+#include <algorithm>
+#include <cmath>
 #include <kopt/kopt.hpp>
 
 #include "ceiling.hpp"
@@ -22,15 +24,22 @@ void bm_grad_norm(benchmark::State& state) {
   opt.add("w", kopt::Tensor(param), kopt::Tensor(grad));
   const auto read = make_read<ExecSpace>(grad.data(), n);
   benchmark::DoNotOptimize(opt.grad_sum_of_squares());
-  double kopt_total = 0.0, ceiling_total = 0.0;
+  constexpr bool host = kopt::Impl::runs_on_host<ExecSpace>;
+  const auto plain_norm = [&] {
+    benchmark::DoNotOptimize(
+        plain::sum_of_squares(grad.data(), elem_of<GradT>(), n, exec.concurrency()));
+  };
+  double kopt_total = 0.0, ceiling_total = 0.0, plain_total = 0.0;
   for (auto _ : state) {
     ceiling_total += seconds(exec, [&] { run_read(exec, read); });
+    if (host) plain_total += seconds(exec, plain_norm);
     const double t = seconds(exec, [&] { benchmark::DoNotOptimize(opt.grad_sum_of_squares()); });
     state.SetIterationTime(t);
     kopt_total += t;
   }
   report(state, static_cast<double>(n), sizeof(GradT), kopt_total, ceiling_total,
          exec.concurrency());
+  if (host) report_plain(state, plain_total, kopt_total);
 }
 
 // One host group of n elements (ParamT params and grads), stepped with max_grad_norm (never
@@ -63,12 +72,21 @@ void bm_hybrid_clipped(benchmark::State& state) {
                                                     m.data(),     v.data(),    nullptr};
   const auto read = make_read<Space>(grad.data(), n);
   Space exec;
-  double plain_total = 0.0, clipped_total = 0.0, ceiling_total = 0.0;
+  // The plain loops of the same clipped step: the norm, then the update with the grads scaled.
+  plain::AdamW loop(elem_of<ParamT>(), elem_of<ParamT>(), false, n, exec.concurrency());
+  const auto plain_clipped = [&] {
+    const double norm =
+        std::sqrt(plain::sum_of_squares(grad.data(), elem_of<ParamT>(), n, exec.concurrency()));
+    loop.step(grad.data(), static_cast<float>(std::min(1.0, 1e9 / (norm + 1e-6))));
+  };
+  plain_clipped();
+  double plain_total = 0.0, clipped_total = 0.0, ceiling_total = 0.0, loop_total = 0.0;
   for (auto _ : state) {
     ceiling_total += seconds(exec, [&] {
       run_read(exec, read);
       run_pattern(exec, update, n);
     });
+    loop_total += seconds(exec, plain_clipped);
     plain_total += seconds(exec, [&] { plain.step(); });
     const double t = seconds(exec, [&] { clipped.step(); });
     state.SetIterationTime(t);
@@ -78,6 +96,7 @@ void bm_hybrid_clipped(benchmark::State& state) {
          update_bytes_per_element<ParamT, ParamT, false>() + sizeof(ParamT), clipped_total,
          ceiling_total, exec.concurrency());
   state.counters["of_plain_step"] = plain_total / clipped_total;
+  report_plain(state, loop_total, clipped_total);
 }
 
 #ifdef KOKKOS_ENABLE_CUDA

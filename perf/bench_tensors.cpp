@@ -1,7 +1,8 @@
-// The same total (2^26 elements) split into 10, 1,000 and 100,000 tensors of mixed sizes, vs
-// one tensor of that total: the chunk table makes one launch of the many cost what one launch
-// of the one does (of_one_tensor ~ 1). Each tensor starts on a 64-byte boundary, as framework
-// allocators and flat parameter buffers place them. Sizes are log-uniform over a 64x range.
+// The same total (2^24 or 2^26 elements) split into 10, 1,000 and 100,000 tensors of mixed
+// sizes, vs one tensor of that total and the plain loop over it: the chunk table makes one
+// launch of the many cost what one launch of the one does (of_one_tensor ~ 1). Each tensor starts
+// on a 64-byte boundary, as framework allocators and flat parameter buffers place them. Sizes are
+// log-uniform over a 64x range.
 #include <cmath>
 #include <cstdio>
 #include <kopt/kopt.hpp>
@@ -39,7 +40,7 @@ Split mixed_split(std::int64_t total, int tensors) {
 template <class ExecSpace, class ParamT>
 void bm_split(benchmark::State& state) {
   using Mem = typename ExecSpace::memory_space;
-  const Split split = mixed_split(scaled(std::int64_t{1} << 26), static_cast<int>(state.range(0)));
+  const Split split = mixed_split(scaled(state.range(1)), static_cast<int>(state.range(0)));
   ExecSpace exec;
   Kokkos::View<ParamT*, Mem> param("kopt::perf::param", split.extent);
   Kokkos::View<ParamT*, Mem> grad("kopt::perf::grad", split.extent);
@@ -61,9 +62,17 @@ void bm_split(benchmark::State& state) {
   one.step();
   const auto s = one.state("all");
   const auto pattern = pattern_of<ParamT, ParamT, false>(param.data(), grad.data(), s);
-  double many_total = 0.0, one_total = 0.0, ceiling_total = 0.0;
+  // The plain loop over the same elements as one array (host spaces).
+  std::unique_ptr<plain::AdamW> loop;
+  if constexpr (kopt::Impl::runs_on_host<ExecSpace>) {
+    loop = std::make_unique<plain::AdamW>(elem_of<ParamT>(), elem_of<ParamT>(), false,
+                                          split.payload, exec.concurrency());
+    loop->step(grad.data());
+  }
+  double many_total = 0.0, one_total = 0.0, ceiling_total = 0.0, plain_total = 0.0;
   for (auto _ : state) {
     ceiling_total += seconds(exec, [&] { run_pattern(exec, pattern, split.payload); });
+    if (loop) plain_total += seconds(exec, [&] { loop->step(grad.data()); });
     one_total += seconds(exec, [&] { one.step(); });
     const double t = seconds(exec, [&] { many.step(); });
     state.SetIterationTime(t);
@@ -73,6 +82,7 @@ void bm_split(benchmark::State& state) {
          update_bytes_per_element<ParamT, ParamT, false>(), many_total, ceiling_total,
          exec.concurrency());
   state.counters["of_one_tensor"] = one_total / many_total;
+  if (loop) report_plain(state, plain_total, many_total);
   state.counters["elements"] = static_cast<double>(split.payload);
 }
 
@@ -83,9 +93,18 @@ void register_tensor_split_benchmarks() {
     using S = typename decltype(tag)::type;
     if (!full_suite() && is_serial<S>()) return;
     const std::string on = "/" + space_name<S>();
-    add("adamw_fp32_split" + on, bm_split<S, float>, {10, 1000, 100000});
-    if (full_suite())
-      add("adamw_bf16_master_split" + on, bm_split<S, kopt::bfloat16>, {10, 1000, 100000});
+    // (tensors, total elements): 1,000 tensors at both sizes the peers run, 10 and 100,000
+    // at the larger.
+    const std::vector<std::vector<std::int64_t>> splits = {{10, std::int64_t{1} << 26},
+                                                           {1000, std::int64_t{1} << 24},
+                                                           {1000, std::int64_t{1} << 26},
+                                                           {100000, std::int64_t{1} << 26}};
+    auto* fp32 = add("adamw_fp32_split" + on, bm_split<S, float>);
+    auto* bf16 = add("adamw_bf16_master_split" + on, bm_split<S, kopt::bfloat16>);
+    for (const auto& args : splits) {
+      fp32->Args(args);
+      bf16->Args(args);
+    }
   });
 }
 

@@ -1,7 +1,8 @@
 // The ceilings and the fused update on every enabled space. STREAM copy and triad first, then
 // each update variant (fp32; bf16 and fp16 params with fp32 masters; fp32 with amsgrad) at
-// sizes 2^16..2^26, every row timed beside the ceiling of its own access pattern: the two
-// kernels alternate inside each iteration so machine noise hits both.
+// sizes 2^16..2^26, every row timed beside the ceiling of its own access pattern and (host
+// spaces) the plain OpenMP loop of the same update: they alternate inside each iteration so
+// machine noise hits all.
 #include <kopt/kopt.hpp>
 
 #include "ceiling.hpp"
@@ -53,15 +54,24 @@ void bm_update(benchmark::State& state) {
   const auto s = opt.state("w");
   const auto pattern = pattern_of<ParamT, GradT, Amsgrad>(param.data(), grad.data(), s);
   run_pattern(exec, pattern, n);
-  double kopt_total = 0.0, ceiling_total = 0.0;
+  // The plain loop, on the host only (its arrays are host memory).
+  std::unique_ptr<plain::AdamW> loop;
+  if constexpr (kopt::Impl::runs_on_host<ExecSpace>) {
+    loop = std::make_unique<plain::AdamW>(elem_of<ParamT>(), elem_of<GradT>(), Amsgrad, n,
+                                          exec.concurrency());
+    loop->step(grad.data());
+  }
+  double kopt_total = 0.0, ceiling_total = 0.0, plain_total = 0.0;
   for (auto _ : state) {
     ceiling_total += seconds(exec, [&] { run_pattern(exec, pattern, n); });
+    if (loop) plain_total += seconds(exec, [&] { loop->step(grad.data()); });
     const double t = seconds(exec, [&] { opt.step(); });
     state.SetIterationTime(t);
     kopt_total += t;
   }
   report(state, static_cast<double>(n), update_bytes_per_element<ParamT, GradT, Amsgrad>(),
          kopt_total, ceiling_total, exec.concurrency());
+  if (loop) report_plain(state, plain_total, kopt_total);
 }
 
 }  // namespace

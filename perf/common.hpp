@@ -12,6 +12,8 @@
 #include <type_traits>
 #include <vector>
 
+#include "plain_loops.hpp"
+
 namespace kopt_perf {
 
 /// The default suite is a subset that runs in a few minutes on a 2-core machine; --full runs
@@ -83,6 +85,20 @@ inline void report(benchmark::State& state, double elements, double bytes_per_el
     state.counters["of_ceiling"] = ceiling_seconds / kopt_seconds;
   }
   state.counters["threads"] = threads;
+}
+
+/// kopt against the plain loop of the same work (perf/plain_loops.hpp), timed in the same
+/// iterations: x_plain = plain time / kopt time (above 1: kopt is faster).
+inline void report_plain(benchmark::State& state, double plain_seconds, double kopt_seconds) {
+  state.counters["x_plain"] = plain_seconds / kopt_seconds;
+}
+
+/// The plain loops' name for a kopt storage type.
+template <class T>
+constexpr plain::Elem elem_of() {
+  return std::is_same_v<T, float>            ? plain::Elem::f32
+         : std::is_same_v<T, kopt::bfloat16> ? plain::Elem::bf16
+                                             : plain::Elem::f16;
 }
 
 /// "Serial", "OpenMP", "Cuda": the name rows carry for a space.

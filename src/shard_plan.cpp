@@ -57,7 +57,7 @@ ShardPlan::ShardPlan(const std::vector<ParamGroup>& groups, const ShardingOption
         item.local = group.layout.find_segment(rank_, in_layout, item.segment);
         const bool device_engine =
             std::string(engine_space_for(p.param.space)) != engine_space_for(MemorySpace::host);
-        if (options.stage == ZeroStage::two && item.local && device_engine)
+        if (reduces_grads() && item.local && device_engine)
           item.device_grad = allocate_bytes(
               p.param.space, static_cast<std::size_t>(item.segment.length) * sizeof(float),
               "kopt::ShardPlan::reduced_grad");
@@ -65,7 +65,7 @@ ShardPlan::ShardPlan(const std::vector<ParamGroup>& groups, const ShardingOption
       params_.push_back(item);
       check(params_.size() - 1, p.param, p.grad);
     }
-    if (options.stage == ZeroStage::two) {
+    if (reduces_grads()) {
       group.send.assign(static_cast<std::size_t>(group.layout.padded_size()), 0.0f);
       group.recv.assign(static_cast<std::size_t>(group.layout.shard_size()), 0.0f);
     }
@@ -109,7 +109,7 @@ Tensor ShardPlan::local(std::size_t i, const Tensor& t) const {
 Tensor ShardPlan::local_grad(std::size_t i, const Tensor& grad) const {
   const Param& p = params_[i];
   if (grad.is_null()) return Tensor{};
-  if (p.presharded || options_.stage == ZeroStage::one) return local(i, grad);
+  if (p.presharded || !reduces_grads()) return local(i, grad);
   if (p.device_grad)
     return Tensor(p.device_grad.get(), p.segment.length, DType::f32, p.param.space)
         .shard_of(p.param.numel, p.segment.param_offset);
@@ -119,6 +119,7 @@ Tensor ShardPlan::local_grad(std::size_t i, const Tensor& grad) const {
 }
 
 void ShardPlan::reduce_grads() {
+  if (!reduces_grads()) return;
   fence_all("kopt::ShardPlan::reduce_grads");  // grads written by device work
   for (Group& group : groups_) {
     if (group.layout.padded_size() == 0) continue;
