@@ -91,9 +91,32 @@ KOKKOS_FORCEINLINE_FUNCTION void fused_adam_element(std::int64_t i, ParamT* KOPT
   }
 }
 
+/// How far ahead (in elements) the host loops ask the cache for every array they stream, and
+/// how many elements they update between two such requests (one 64-byte line of fp32).
+/// Measured on a 2-core EPYC, 1 thread, 2^24 elements: fp32 0.79-0.88 of the plain OpenMP
+/// loop without, 0.96-0.99 with; bf16 with masters 0.83 without, 0.94-1.02 with.
+inline constexpr std::int64_t update_prefetch_elements = 512;
+inline constexpr int update_prefetch_stride = 16;
+
+/// Prefetches element i + update_prefetch_elements of each array the update streams.
+template <class ParamT, class GradT, bool Amsgrad>
+KOKKOS_FORCEINLINE_FUNCTION void prefetch_update(std::int64_t i, const ParamT* param,
+                                                 const GradT* grad, const float* master,
+                                                 const float* m, const float* v,
+                                                 const float* vmax) {
+  const std::int64_t a = i + update_prefetch_elements;
+  prefetch_ahead(param, a);
+  prefetch_ahead(grad, a);
+  if constexpr (!std::is_same_v<ParamT, float>) prefetch_ahead(master, a);
+  prefetch_ahead(m, a);
+  prefetch_ahead(v, a);
+  if constexpr (Amsgrad) prefetch_ahead(vmax, a);
+}
+
 /// The host loop over one chunk: unit stride, restrict parameters, and a function of its own,
 /// so GCC vectorizes it whatever it would otherwise be inlined into (inlined into the Serial
-/// backend's loop, GCC 12 gave up on it).
+/// backend's loop, GCC 12 gave up on it). Blocks of 16 elements, each after a prefetch of
+/// the lines 512 elements ahead; the block's loop vectorizes like the whole one did.
 template <class ParamT, class GradT, bool Amsgrad>
 KOPT_LOOP_FUNCTION void fused_adam_host_loop(std::int64_t begin, std::int64_t end,
                                              ParamT* KOPT_RESTRICT param,
@@ -106,7 +129,9 @@ KOPT_LOOP_FUNCTION void fused_adam_host_loop(std::int64_t begin, std::int64_t en
   // float16 params or grads: blocks of 16 with the CPU's conversions (f16_blocks.hpp); the
   // update itself is the same expression on the same floats, so only the conversions differ.
   if constexpr (std::is_same_v<ParamT, float16> || std::is_same_v<GradT, float16>) {
+    static_assert(f16_block == update_prefetch_stride);
     for (; i + f16_block <= end; i += f16_block) {
+      prefetch_update<ParamT, GradT, Amsgrad>(i, param, grad, master, m, v, vmax);
       float g[f16_block], p[f16_block];
       widen_block(grad + i, g);
       for (int k = 0; k < f16_block; ++k) {
@@ -124,6 +149,11 @@ KOPT_LOOP_FUNCTION void fused_adam_host_loop(std::int64_t begin, std::int64_t en
     }
   }
 #endif
+  for (; i + update_prefetch_stride <= end; i += update_prefetch_stride) {
+    prefetch_update<ParamT, GradT, Amsgrad>(i, param, grad, master, m, v, vmax);
+    for (int k = 0; k < update_prefetch_stride; ++k)
+      fused_adam_element<ParamT, GradT, Amsgrad>(i + k, param, grad, master, m, v, vmax, s);
+  }
   for (; i < end; ++i)
     fused_adam_element<ParamT, GradT, Amsgrad>(i, param, grad, master, m, v, vmax, s);
 }

@@ -5,6 +5,7 @@
 /// KOKKOS_VERSION_GREATER_EQUAL macro does not exist in 3.4.
 
 #include <Kokkos_Core.hpp>
+#include <cstdint>
 #include <string>
 
 #if KOKKOS_VERSION >= 30700
@@ -47,6 +48,21 @@ inline void fence_all([[maybe_unused]] const std::string& label) {
   Kokkos::fence(label);
 #else
   Kokkos::fence();
+#endif
+}
+
+/// Asks the host's cache for the line holding `p[ahead]`: a hint, so an address past the
+/// end of an array is fine (no fault; the arithmetic is on integers, as a pointer past the
+/// end must not be formed). Nothing on devices. kopt's host loops stream several arrays
+/// with little work per byte; the hardware prefetcher alone left them at 0.8-0.9 of a
+/// plain loop's bandwidth on a 2-core EPYC (see README, Performance).
+template <class T>
+KOKKOS_FORCEINLINE_FUNCTION void prefetch_ahead([[maybe_unused]] const T* p,
+                                                [[maybe_unused]] std::int64_t ahead) {
+#if (defined(__GNUC__) || defined(__clang__)) && !defined(__CUDA_ARCH__) && \
+    !defined(__HIP_DEVICE_COMPILE__)
+  __builtin_prefetch(reinterpret_cast<const void*>(reinterpret_cast<std::uintptr_t>(p) +
+                                                   static_cast<std::uintptr_t>(ahead) * sizeof(T)));
 #endif
 }
 

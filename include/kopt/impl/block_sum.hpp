@@ -9,6 +9,7 @@
 #include <Kokkos_Core.hpp>
 #include <cstddef>
 #include <cstdint>
+#include <kopt/compat.hpp>
 #include <kopt/storage_types.hpp>
 #include <type_traits>
 #if defined(__AVX2__) && defined(__FMA__) && !defined(__CUDA_ARCH__) && \
@@ -80,19 +81,11 @@ inline void block_row(const float16* v, int r, __m256d& lo, __m256d& hi) {
 template <class T>
 inline constexpr std::size_t norm_prefetch_bytes = sizeof(T) == 4 ? 1024 : 2048;
 
-/// A prefetch of the block norm_prefetch_bytes past `block`: a hint (no fault past the end
-/// of an array), nothing on devices.
+/// A prefetch of the block norm_prefetch_bytes past `block`, line by line.
 template <class T>
 KOKKOS_FORCEINLINE_FUNCTION void prefetch_block_ahead(const T* block) {
-#if (defined(__GNUC__) || defined(__clang__)) && !defined(__CUDA_ARCH__) && \
-    !defined(__HIP_DEVICE_COMPILE__)
-  // Integer arithmetic: the address may lie past the array, which a pointer must not.
-  const auto at = reinterpret_cast<std::uintptr_t>(block) + norm_prefetch_bytes<T>;
-  for (std::size_t line = 0; line < norm_block * sizeof(T); line += 64)
-    __builtin_prefetch(reinterpret_cast<const void*>(at + line));
-#else
-  (void)block;
-#endif
+  constexpr std::int64_t ahead = norm_prefetch_bytes<T> / sizeof(T), per_line = 64 / sizeof(T);
+  for (std::int64_t k = 0; k < norm_block; k += per_line) prefetch_ahead(block, ahead + k);
 }
 
 /// block_sum_of_squares_portable of a whole block of `T`s (float, bfloat16, float16), with
