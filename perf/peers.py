@@ -32,17 +32,20 @@ def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--out", help="the JSON file to write")
-    p.add_argument("--sizes", type=ints, default=[24, 26], help="log2 of the total elements")
+    p.add_argument("--sizes", type=ints, help="log2 of the total elements (default 24,26)")
     p.add_argument("--tensors", type=ints, default=[1, 1000])
     p.add_argument("--variants", type=words, default=["fp32", "bf16"])
     p.add_argument("--impls", type=words, default=list(impls.IMPLS))
     p.add_argument("--steps", type=int, default=7, help="timed steps per config")
     p.add_argument("--warmup", type=int, default=2, help="untimed steps first")
-    p.add_argument("--smoke", action="store_true", help="sizes 2^14 and 2^16, 3 steps")
+    p.add_argument("--smoke", action="store_true",
+                   help="kopt_bench --smoke's sizes (2^14, 2^16), 1 + 3 steps")
     p.add_argument("--build-only", action="store_true")
     args = p.parse_args(argv)
     if args.smoke:
-        args.sizes, args.steps, args.warmup = [14, 16], 3, 1
+        args.steps, args.warmup = 3, 1
+    if args.sizes is None:
+        args.sizes = [14, 16] if args.smoke else [24, 26]
     if not args.build_only and not args.out:
         p.error("--out is required")
     for v in args.variants:
