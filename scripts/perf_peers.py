@@ -58,7 +58,8 @@ class Peers:
             c = data["context"]
             self.context = c
             self.absent.update(c.get("absent", {}))
-            self.loads[("peers", c.get("threads"))].append(first_load(c.get("load_average_at_start")))
+            load = first_load(c.get("load_average_at_start"))
+            self.loads[("peers", c.get("threads"))].append(load)
             for r in data["rows"]:
                 key = (r["impl"], r["variant"], r["tensors"], r["n"], r["threads"])
                 self.rates[key].append(r["melem_s"])
