@@ -14,15 +14,19 @@
 #   --with-mpi        also install OpenMPI (kopt_ENABLE_MPI)
 #   --with-libtorch   also install libtorch-dev (the perf suite's libtorch AdamW peer)
 #   --with-plot       also install gnuplot-nox (scripts/plot-perf.py)
+#   --with-peers      also install python3-dev and python3-venv, then torch and DeepSpeed from
+#                     PyPI into a venv in the cache prefix (scripts/bootstrap-peers.sh; the perf
+#                     suite's Python peers, perf/peers.py)
 set -euo pipefail
 
 log() { echo "bootstrap-deps: $*" >&2; }
-want_mpi=0 want_libtorch=0 want_plot=0
+want_mpi=0 want_libtorch=0 want_plot=0 want_peers=0
 for arg in "$@"; do
   case "$arg" in
     --with-mpi) want_mpi=1 ;;
     --with-libtorch) want_libtorch=1 ;;
     --with-plot) want_plot=1 ;;
+    --with-peers) want_peers=1 ;;
     *) log "unknown option '$arg'"; exit 2 ;;
   esac
 done
@@ -45,6 +49,8 @@ packages=(cmake g++ gfortran make ninja-build libgtest-dev libgmock-dev libbench
 [ "$want_mpi" = 1 ] && packages+=(libopenmpi-dev openmpi-bin)
 [ "$want_libtorch" = 1 ] && packages+=(libtorch-dev)
 [ "$want_plot" = 1 ] && packages+=(gnuplot-nox)
+# DeepSpeed compiles its CPU Adam op at first use: Python headers, ninja (above) and g++.
+[ "$want_peers" = 1 ] && packages+=(python3-dev python3-venv)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -54,6 +60,11 @@ if [ "${#missing[@]}" -gt 0 ]; then
   apt_update
   as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
     "${missing[@]}" >&2
+fi
+
+# --- The Python peers (their own venv and stamp; before any early exit below) ---------------
+if [ "$want_peers" = 1 ]; then
+  KOPT_DEPS_PREFIX="$prefix" bash "$(dirname "$0")/bootstrap-peers.sh" >&2
 fi
 
 # --- An existing Kokkos wins -----------------------------------------------------------

@@ -1,16 +1,23 @@
 #!/usr/bin/env python3
 """Turns kopt perf-suite result files (Google Benchmark JSON) into the compact table the main
-job prints: kernel, backend, size, GB/s, fraction of its own ceiling, ratio to each peer, and
-a note (many tensors vs one, clipping vs none, offload overlap, MPI scaling).
+job prints: kernel, backend, size, GB/s, fraction of its own ceiling, ratio to the plain C++
+loop and to each peer, and a note (many tensors vs one, clipping vs none, offload overlap, MPI
+scaling).
 
-Usage: python3 scripts/perf-report.py [--check] RESULT.json [MORE.json ...]
-Files from kopt_bench_mpi (one per world size) are combined into scaling rows. --check also
-fails (exit 1) when a file lacks the context a figure needs, holds no rows, or a row's rate
-or fraction of ceiling is missing or absurd (the perf suite's smoke test).
+Usage: python3 scripts/perf-report.py [--check] RESULT.json [MORE.json ...] [--peers ROUND.json ...]
+Files from kopt_bench_mpi (one per world size) are combined into scaling rows. Files after
+--peers come from the interleaved rounds of `run-perf.sh --with-peers`: perf/peers.py's JSON
+and kopt_bench's JSON restricted to the peer configs; they give the "x DeepSpeed" and "x torch
+fused" columns (kopt's median over the rounds / the peer's; torch foreach in the note) and a
+peers block under the table (scripts/perf_peers.py). --check also fails (exit 1) when a file
+lacks the context a figure needs, holds no rows, or a row's rate or fraction of ceiling is
+missing or absurd (the perf suite's smoke test), and checks the peer files likewise.
 """
 import json
 import math
 import sys
+
+import perf_peers
 
 
 def size_text(n):
@@ -18,6 +25,7 @@ def size_text(n):
     k = max(n.bit_length() - 1, 0)
     if n > 0 and n & (n - 1) == 0:
         return f"2^{k}"
+    k = round(math.log2(n)) if n > 0 else 0  # the nearest power of two, above or below
     if k > 10 and abs(n - 2**k) < 2**k / 1000:  # a split of 2^k into tensors of whole sizes
         return f"~2^{k}"
     return f"{n:,}"
@@ -33,7 +41,7 @@ def split_name(name):
     return parts[0], parts[1] if len(parts) > 1 else "", parts[2:]
 
 
-def kopt_rows(bench):
+def kopt_rows(bench, peers=None):
     rows = []
     for b in bench["benchmarks"]:
         if b.get("run_type") == "aggregate" or "error_occurred" in b and b["error_occurred"]:
@@ -60,8 +68,13 @@ def kopt_rows(bench):
         elif "of_slower" in b:
             note = f"{b['of_slower']:.2f} of the slower group alone"
         gbs = b.get("GB/s", b.get("copy_GB/s"))
+        x_peer = peers.ratios(b) if peers else {}
+        if "torch_foreach" in x_peer:
+            note += ("; " if note else "") + f"x torch foreach {x_peer['torch_foreach']:.2f}"
         rows.append([kernel, backend, size, str(int(b.get("threads", 0))), fmt(gbs, 1),
-                     fmt(b.get("of_ceiling")), fmt(x_naive, 1), fmt(x_torch, 1), note])
+                     fmt(b.get("of_ceiling")), fmt(b.get("x_plain")), fmt(x_naive, 1),
+                     fmt(x_torch, 1), fmt(x_peer.get("deepspeed")),
+                     fmt(x_peer.get("torch_fused")), note])
     return rows
 
 
@@ -83,14 +96,14 @@ def mpi_rows(files):
             eff = f"efficiency {one['ms'] / b['ms']:.2f}"
         size = f"{size_text(b['elements'])} ({scaling})"
         rows.append([kernel, f"MPI x{ranks}", size, str(int(b["threads"])),
-                     "", "", "", "", f"{b['ms']:.1f} ms/step, {eff}" +
+                     "", "", "", "", "", "", "", f"{b['ms']:.1f} ms/step, {eff}" +
                      (f"; its MPI collectives alone {b['mpi_ms']:.1f} ms" if "mpi_ms" in b else "")])
     return rows
 
 
 def print_table(rows):
-    header = ["kernel", "backend", "size", "thr", "GB/s", "of ceil", "x naive", "x libtorch",
-              "note"]
+    header = ["kernel", "backend", "size", "thr", "GB/s", "of ceil", "x plain", "x naive",
+              "x libtorch", "x DeepSpeed", "x torch fused", "note"]
     widths = [max(len(str(r[i])) for r in rows + [header]) for i in range(len(header) - 1)]
     line = "  ".join(h.ljust(w) for h, w in zip(header, widths)) + "  " + header[-1]
     print(line)
@@ -115,23 +128,36 @@ def problems(path, bench):
             found.append(f"{b['name']}: {b.get('error_message')}")
         elif rate is None or not math.isfinite(rate) or rate <= 0:
             found.append(f"{b['name']}: no rate (Gelem/s = {rate})")
-        for key in ("of_ceiling", "of_one_tensor", "of_plain_step", "x_naive", "x_libtorch"):
+        for key in ("of_ceiling", "of_one_tensor", "of_plain_step", "x_plain", "x_naive",
+                    "x_libtorch"):
             x = b.get(key)
             if x is not None and not (math.isfinite(x) and 0 < x < 1e4):
                 found.append(f"{b['name']}: {key} = {x}")
     return found
 
 
-def main(args):
-    check = "--check" in args
-    paths = [a for a in args if a != "--check"]
-    if not paths:
-        sys.exit(__doc__)
-    kopt_files, mpi_files = [], []
+def load(paths):
+    files = []
     for path in paths:
         with open(path) as f:
-            bench = json.load(f)
+            files.append((path, json.load(f)))
+    return files
+
+
+def main(args):
+    check = "--check" in args
+    args = [a for a in args if a != "--check"]
+    split = args.index("--peers") if "--peers" in args else len(args)
+    paths, round_paths = args[:split], args[split + 1:]
+    if not paths and not round_paths:
+        sys.exit(__doc__)
+    kopt_files, mpi_files = [], []
+    for path, bench in load(paths):
         (mpi_files if "mpi_ranks" in bench["context"] else kopt_files).append((path, bench))
+    rounds = load(round_paths)
+    peer_files = [(p, d) for p, d in rounds if perf_peers.is_peer_file(d)]
+    kopt_round_files = [(p, d) for p, d in rounds if not perf_peers.is_peer_file(d)]
+    peers = perf_peers.Peers(peer_files, kopt_round_files) if rounds else None
     for path, bench in kopt_files:
         c = bench["context"]
         print(f"\n{path}\n  {c.get('kopt')}; {c.get('cpu_model')} ({c.get('hardware_threads')} "
@@ -139,16 +165,21 @@ def main(args):
               f"{c.get('OMP_PROC_BIND')} OMP_PLACES={c.get('OMP_PLACES')}; git "
               f"{c.get('git_revision')}; load {c.get('load_average_at_start')}\n"
               f"  libtorch: {c.get('libtorch')}\n")
-        print_table(kopt_rows(bench))
+        print_table(kopt_rows(bench, peers))
     if mpi_files:
         print("\nsharded step (kopt_bench_mpi; " +
               ", ".join(f"{b['context']['mpi_ranks']} ranks: {p}" for p, b in mpi_files) + ")\n")
         print_table(mpi_rows([b for _, b in mpi_files]))
+    if peers:
+        print("\n" + "\n".join(peers.summary()))
     if check:
-        found = [p for path, bench in kopt_files + mpi_files for p in problems(path, bench)]
+        found = [p for path, bench in kopt_files + mpi_files + kopt_round_files
+                 for p in problems(path, bench)]
+        found += [p for path, data in peer_files for p in perf_peers.problems(path, data)]
         if found:
             sys.exit("perf-report --check failed:\n  " + "\n  ".join(found))
-        print(f"\nperf-report --check: {len(paths)} file(s) complete, every row sane")
+        print(f"\nperf-report --check: {len(paths) + len(round_paths)} file(s) complete, "
+              "every row sane")
 
 
 if __name__ == "__main__":
