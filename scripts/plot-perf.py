@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Plots a kopt_bench result file: bandwidth (GB/s by the byte model) vs size for each fused
-update variant, with the ceiling of its own access pattern measured in the same run (dashed,
-same color), one panel per backend. Needs gnuplot (Debian: gnuplot-nox; bash
+update variant, with the plain C++ OpenMP loop of the same update (perf/plain_loops.cpp, the
+independent ceiling; dotted, same color, host backends) and the ceiling of its own access
+pattern (dashed), both measured in the same run, one panel per backend. Needs gnuplot (Debian: gnuplot-nox; bash
 scripts/bootstrap-deps.sh --with-plot installs it).
 
 Usage: python3 scripts/plot-perf.py RESULT.json OUT.png
@@ -13,7 +14,8 @@ import sys
 
 
 def series(bench):
-    """{backend: {variant: [(log2 size, GB/s, ceiling GB/s)]}} for the single-tensor rows."""
+    """{backend: {variant: [(log2 size, GB/s, ceiling GB/s, plain loop GB/s or NaN)]}} for the
+    single-tensor rows."""
     out = {}
     for b in bench["benchmarks"]:
         parts = [p for p in b["name"].split("/") if p != "manual_time"]
@@ -22,7 +24,8 @@ def series(bench):
             continue
         variant, backend, n = parts[0][len("adamw_"):], parts[1], int(parts[2])
         out.setdefault(backend, {}).setdefault(variant, []).append(
-            (n.bit_length() - 1, b["GB/s"], b["ceil_GB/s"]))
+            (n.bit_length() - 1, b["GB/s"], b["ceil_GB/s"],
+             b["GB/s"] * b["x_plain"] if "x_plain" in b else float("nan")))
     return out
 
 
@@ -39,12 +42,15 @@ def gnuplot_script(bench, data, png):
     for backend, variants in data.items():
         for i, (variant, points) in enumerate(sorted(variants.items())):
             lines.append(f"$d{i} << EOD")
-            lines += [f"{x} {gbs} {ceil}" for x, gbs, ceil in sorted(points)]
+            lines += [f"{x} {gbs} {ceil} {plain}" for x, gbs, ceil, plain in sorted(points)]
             lines.append("EOD")
         plots = []
         for i, variant in enumerate(sorted(variants)):
             plots.append(f'$d{i} using 1:2 with linespoints lc {i + 1} pt 7 title "{variant}"')
             plots.append(f'$d{i} using 1:3 with linespoints lc {i + 1} dt 2 pt 6 title "{variant} ceiling"')
+            if any(p[3] == p[3] for p in variants[variant]):  # a plain loop was measured
+                plots.append(f'$d{i} using 1:4 with linespoints lc {i + 1} dt 3 pt 4 '
+                             f'title "{variant} plain loop"')
         lines.append(f'set title "{backend}" noenhanced')
         lines.append("plot " + ", \\\n     ".join(plots))
     lines.append("unset multiplot")
