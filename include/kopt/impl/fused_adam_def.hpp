@@ -11,6 +11,7 @@
 #include <kopt/fused_adam.hpp>
 #include <kopt/grad_norm.hpp>
 #include <kopt/impl/fault_injection.hpp>
+#include <kopt/impl/huge_pages.hpp>
 #include <utility>
 
 namespace kopt {
@@ -61,8 +62,12 @@ typename FusedAdam<ExecSpace>::FloatView FusedAdam<ExecSpace>::grow_(const Float
                                                                      const char* what) {
   if (static_cast<std::int64_t>(old.extent(0)) == n) return old;
   Impl::allocation_point();
-  // Zero-filled on our instance: fresh moments start at 0.
-  FloatView grown(Kokkos::view_alloc(exec_, label_ + "::" + what), n);
+  FloatView grown(Kokkos::view_alloc(exec_, Kokkos::WithoutInitializing, label_ + "::" + what), n);
+  // Huge pages for host state, advised before the first touch; then zero-filled on our
+  // instance (fresh moments start at 0), so the threads that update a page touch it first.
+  if constexpr (std::is_same_v<memory_space, Kokkos::HostSpace>)
+    Impl::advise_huge_pages(grown.data(), grown.span() * sizeof(float));
+  Kokkos::deep_copy(exec_, grown, 0.0f);
   if (old.extent(0) > 0)
     Kokkos::deep_copy(exec_, Kokkos::subview(grown, std::make_pair(std::size_t{0}, old.extent(0))),
                       old);

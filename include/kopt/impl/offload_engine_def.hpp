@@ -8,6 +8,7 @@
 #include <cstring>
 #include <kopt/error.hpp>
 #include <kopt/impl/fused_adam_def.hpp>
+#include <kopt/impl/huge_pages.hpp>
 #include <kopt/impl/offload_engine.hpp>
 
 namespace kopt::Impl {
@@ -81,7 +82,11 @@ void OffloadEngine<DeviceExec, StateMem>::ensure_state_() {
   const auto grow = [&](const HostFloats& old, const char* what) {
     if (static_cast<std::int64_t>(old.extent(0)) == moments) return old;
     allocation_point();
-    HostFloats grown(Kokkos::view_alloc(host_, label_ + "::" + what), moments);  // zeros
+    HostFloats grown(Kokkos::view_alloc(host_, Kokkos::WithoutInitializing, label_ + "::" + what),
+                     moments);
+    if constexpr (std::is_same_v<StateMem, Kokkos::HostSpace>)  // before the first touch
+      advise_huge_pages(grown.data(), grown.span() * sizeof(float));
+    Kokkos::deep_copy(host_, grown, 0.0f);  // zeros, touched by the host threads
     if (old.extent(0) > 0)
       Kokkos::deep_copy(host_,
                         Kokkos::subview(grown, std::make_pair(std::size_t{0}, old.extent(0))), old);

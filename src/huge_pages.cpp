@@ -1,0 +1,21 @@
+#include <cstdint>
+#include <kopt/impl/huge_pages.hpp>
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
+
+namespace kopt::Impl {
+
+void advise_huge_pages([[maybe_unused]] void* data, [[maybe_unused]] std::size_t bytes) noexcept {
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+  constexpr std::uintptr_t page = 4096, huge = std::uintptr_t{2} << 20;
+  if (data == nullptr || bytes < huge) return;
+  const auto begin = (reinterpret_cast<std::uintptr_t>(data) + page - 1) & ~(page - 1);
+  const auto end = (reinterpret_cast<std::uintptr_t>(data) + bytes) & ~(page - 1);
+  if (end <= begin) return;
+  // A hint: a failure (THP compiled out, an old kernel) changes nothing kopt relies on.
+  (void)madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
+#endif
+}
+
+}  // namespace kopt::Impl
