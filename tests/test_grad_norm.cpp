@@ -105,6 +105,19 @@ TEST(ExactSum, ExponentWindowGivesTheDigitsOfSingleAdds) {
       EXPECT_EQ(single.special, windowed.special);
     }
   }
+  {  // zeros and specials first: the window is set by the first positive finite value
+    ExactSum single, windowed;
+    ExponentWindow window;
+    for (const double x : {0.0, 0.0, 3.0, std::ldexp(1.0, -200), 5.0, std::ldexp(1.0, 100)}) {
+      single.add(x);
+      window.add(x, windowed);
+    }
+    window.flush(windowed);
+    single.normalize();
+    windowed.normalize();
+    EXPECT_EQ(std::memcmp(single.digit, windowed.digit, sizeof single.digit), 0);
+    EXPECT_EQ(window.base, 1024 - ExponentWindow::width / 2);  // around 3.0 = 1.5 * 2^1
+  }
   for (const double special : {HUGE_VAL, std::nan(""), -std::nan("")}) {
     ExactSum windowed;
     ExponentWindow window;

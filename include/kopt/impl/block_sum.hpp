@@ -1,7 +1,7 @@
 #pragma once
 /// \file
 /// The grad norm's canonical block and its sum of squares, in one fixed order on every
-/// backend. The host's vector forms (AVX with FMA; F16C for float16) read the grads in
+/// backend. The host's vector forms (AVX2 with FMA; F16C for float16) read the grads in
 /// their own dtype and give the portable form's bits: the norm pass is memory bound only
 /// while this costs well under the time to read a block (~70 cycles of fp32 at 2 threads
 /// on a 2-core EPYC; widening 16-bit grads through a stack array took 0.73 of the read).

@@ -91,7 +91,8 @@ struct ExactSum {
 /// Adds many positive doubles of similar size into an ExactSum at about a third of the cost
 /// of ExactSum::add (the norm pass adds one per 64 elements; at ExactSum::add's ~19 cycles,
 /// memory read-modify-writes at a data-dependent digit, that was 8% of the memory-bound
-/// pass): values whose exponent lies in a window of 64 (set by the first value) are added
+/// pass): values whose exponent lies in a window of 64 (set by the first positive finite
+/// value) are added
 /// as integers into a 128-bit fixed point held in registers, which goes into the ExactSum
 /// at flush(). Exact, so the result is the same as adding each value. Values outside the
 /// window, zeros and non-finite values take ExactSum::add.
@@ -111,7 +112,11 @@ struct ExponentWindow {
     std::uint64_t bits;
     std::memcpy(&bits, &x, sizeof bits);
     const int biased = static_cast<int>(bits >> 52);  // >= 2048 with the sign bit set
-    if (base < 0) {                                   // the window around the first value
+    if (base < 0) {  // the window around the first positive finite value
+      if (biased == 0 || biased >= 2047) {
+        acc.add(x);
+        return;
+      }
       const int centred = biased - width / 2, top = ExactSum::overflow_biased - 1 - width;
       base = centred < 1 ? 1 : centred > top ? top : centred;
     }
