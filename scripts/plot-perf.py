@@ -25,7 +25,7 @@ def series(bench):
         variant, backend, n = parts[0][len("adamw_"):], parts[1], int(parts[2])
         out.setdefault(backend, {}).setdefault(variant, []).append(
             (n.bit_length() - 1, b["GB/s"], b["ceil_GB/s"],
-             b["GB/s"] * b["x_plain"] if "x_plain" in b else float("nan")))
+             b["GB/s"] / b["x_plain"] if "x_plain" in b else float("nan")))
     return out
 
 
