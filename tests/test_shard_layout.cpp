@@ -133,8 +133,7 @@ TEST(ShardedOptimizer, AWorldOfOneMatchesTheUnshardedOneBitwise) {
                       options, 5);
     kopt::HybridOptions sharded_options = options;
     const auto comm = std::make_shared<CountingCommunicator>();
-    sharded_options.sharding =
-        kopt::ShardingOptions{comm, stage, kopt::GradReduction::average};
+    sharded_options.sharding = kopt::ShardingOptions{comm, stage, kopt::GradReduction::average};
     HybridWorld sharded(plain.configs, defs, sharded_options, 5);
     for (int s = 0; s < 6; ++s) {
       for (HybridWorld* w : {&plain, &sharded}) {
