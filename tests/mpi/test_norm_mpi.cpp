@@ -54,14 +54,10 @@ TEST(ShardedNorm, ClippedZero1StepIsOneProcessBitwise) {
 // the same grad on every rank, so its average is that grad exactly. Under ZeRO-2 average
 // and sum alike: the norm, clip factor and params of one process on the whole tensors.
 void presharded_match(kopt::GradReduction reduction) {
-  const int world = world_size(), me = world_rank();
-  const std::int64_t sizes[] = {1001, 517, 37};
-  const DType types[] = {DType::f32, DType::bf16, DType::f32};
+  const int world = world_size();
   const auto cut = [&](std::int64_t n, int r) {
     return r == world ? n : std::min(n, n * r * r / (world * world) + 7 * r);
   };
-  std::vector<Buffer> full_p, full_g, part_p, part_g;
-  kopt::ParamGroup whole(kopt::AdamConfig{.lr = 1e-2}), parts(kopt::AdamConfig{.lr = 1e-2});
   std::mt19937 rng(31);
   std::uniform_int_distribution<int> k(-100, 100);
   const auto random = [&](std::int64_t n) {  // multiples of 1/128: sums and means exact
@@ -69,54 +65,24 @@ void presharded_match(kopt::GradReduction reduction) {
     for (double& x : v) x = k(rng) / 128.0;
     return v;
   };
-  std::vector<std::int64_t> lo(3), len(3);
-  for (std::size_t j = 0; j < 3; ++j) {
-    const bool cut_by_caller = j < 2;
-    lo[j] = cut_by_caller ? cut(sizes[j], me) : 0;
-    len[j] = cut_by_caller ? cut(sizes[j], me + 1) - lo[j] : sizes[j];
-    const std::vector<double> init = random(sizes[j]);
-    const auto n = static_cast<std::size_t>(sizes[j]), m = static_cast<std::size_t>(len[j]);
-    full_p.emplace_back(types[j], false, n);
-    full_g.emplace_back(types[j], false, n);
-    part_p.emplace_back(types[j], false, m);
-    part_g.emplace_back(types[j], false, m);
-    full_p[j].set(init);
-    part_p[j].set(std::vector<double>(init.begin() + lo[j], init.begin() + lo[j] + len[j]));
-    const std::string name = "w" + std::to_string(j);
-    whole.add(name, full_p[j].tensor(), full_g[j].tensor());
-    kopt::Tensor p = part_p[j].tensor(), g = part_g[j].tensor();
-    if (cut_by_caller) {
-      p = p.shard_of(sizes[j], lo[j]);
-      g = g.shard_of(sizes[j], lo[j]);
-    }
-    parts.add(name, p, g);
-  }
+  kopt_test::PreshardedModel model(cut, random);
   kopt::HybridOptions options;
   options.max_grad_norm = 0.5;
-  kopt::HybridOptimizer one({whole}, options);
-  kopt::HybridOptimizer zero({parts}, sharded(options, kopt::ZeroStage::two, reduction));
+  kopt::HybridOptimizer one({model.whole}, options);
+  kopt::HybridOptimizer zero({model.parts}, sharded(options, kopt::ZeroStage::two, reduction));
   for (int s = 0; s < 4; ++s) {
-    for (std::size_t j = 0; j < 3; ++j) {
-      const std::vector<double> g = random(sizes[j]);
-      full_g[j].set(g);
-      part_g[j].set(std::vector<double>(g.begin() + lo[j], g.begin() + lo[j] + len[j]));
-    }
+    for (std::size_t j = 0; j < 3; ++j) model.set_grad(j, random(model.sizes[j]));
     if (reduction == kopt::GradReduction::sum) {  // kopt's param: the ranks' grads add up
-      std::vector<double> g = full_g[2].get();
+      std::vector<double> g = model.full_g[2].get();
       for (double& x : g) x *= world;
-      full_g[2].set(g);
+      model.full_g[2].set(g);
     }
     const kopt::StepStats a = one.step(), b = zero.step();
     EXPECT_TRUE(same_bits(a.grad_norm, b.grad_norm)) << a.grad_norm << " vs " << b.grad_norm;
     EXPECT_TRUE(same_bits(a.clip_factor, b.clip_factor));
     EXPECT_LT(b.clip_factor, 1.0);
   }
-  for (std::size_t j = 0; j < 3; ++j) {
-    const std::vector<double> all = full_p[j].get();
-    EXPECT_EQ(part_p[j].get(),
-              std::vector<double>(all.begin() + lo[j], all.begin() + lo[j] + len[j]))
-        << "w" << j;
-  }
+  model.expect_parts_match();
 }
 
 TEST(ShardedNorm, PreShardedGradsUnderZero2AverageAreTakenAsReduced) {

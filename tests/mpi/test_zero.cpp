@@ -200,12 +200,8 @@ TEST(Sharded, AnInfOnOneRankSkipsTheStepOnEveryRank) {
 // Two params the training code shards itself (unequal parts; at 4 ranks rank 0's part of
 // the bf16 one is small), beside one kopt cuts, step as in one process on the whole tensors.
 TEST(Sharded, PreShardedParamsMatchTheUnshardedRun) {
-  const int world = world_size(), me = world_rank();
-  const std::int64_t sizes[] = {1001, 517, 37};
-  const DType types[] = {DType::f32, DType::bf16, DType::f32};
+  const int world = world_size();
   const auto bound = [&](std::int64_t n, int r) { return n * r * r / (world * world); };
-  std::vector<kopt_test::Buffer> full_p, full_g, part_p, part_g;
-  kopt::ParamGroup whole(kopt::AdamConfig{.lr = 1e-2}), parts(kopt::AdamConfig{.lr = 1e-2});
   std::mt19937 rng(31);
   std::uniform_real_distribution<double> dist(-1, 1);
   const auto random = [&](std::int64_t n) {
@@ -213,46 +209,20 @@ TEST(Sharded, PreShardedParamsMatchTheUnshardedRun) {
     for (double& x : v) x = dist(rng);
     return v;
   };
-  std::vector<std::int64_t> lo(3), len(3);
-  for (std::size_t j = 0; j < 3; ++j) {
-    const bool cut_by_caller = j < 2;
-    lo[j] = cut_by_caller ? bound(sizes[j], me) : 0;
-    len[j] = cut_by_caller ? bound(sizes[j], me + 1) - lo[j] : sizes[j];
-    const std::vector<double> init = random(sizes[j]);
-    full_p.emplace_back(types[j], false, static_cast<std::size_t>(sizes[j]));
-    full_g.emplace_back(types[j], false, static_cast<std::size_t>(sizes[j]));
-    part_p.emplace_back(types[j], false, static_cast<std::size_t>(len[j]));
-    part_g.emplace_back(types[j], false, static_cast<std::size_t>(len[j]));
-    full_p[j].set(init);
-    part_p[j].set(std::vector<double>(init.begin() + lo[j], init.begin() + lo[j] + len[j]));
-    const std::string name = "w" + std::to_string(j);
-    whole.add(name, full_p[j].tensor(), full_g[j].tensor());
-    kopt::Tensor p = part_p[j].tensor(), g = part_g[j].tensor();
-    if (cut_by_caller) {
-      p = p.shard_of(sizes[j], lo[j]);
-      g = g.shard_of(sizes[j], lo[j]);
-    }
-    parts.add(name, p, g);
-  }
+  kopt_test::PreshardedModel model(bound, random);
   kopt::HybridOptions options;
   options.loss_scaling = kopt::LossScalerOptions{.init_scale = 8};
-  kopt::HybridOptimizer one({whole}, options);
-  kopt::HybridOptimizer zero({parts}, sharded(options, kopt::ZeroStage::one));
+  kopt::HybridOptimizer one({model.whole}, options);
+  kopt::HybridOptimizer zero({model.parts}, sharded(options, kopt::ZeroStage::one));
   for (int s = 0; s < 6; ++s) {
     for (std::size_t j = 0; j < 3; ++j) {
-      std::vector<double> g = random(sizes[j]);
+      std::vector<double> g = random(model.sizes[j]);
       for (double& x : g) x *= 8;
-      full_g[j].set(g);
-      part_g[j].set(std::vector<double>(g.begin() + lo[j], g.begin() + lo[j] + len[j]));
+      model.set_grad(j, g);
     }
     EXPECT_EQ(one.step().skipped, zero.step().skipped);
   }
-  for (std::size_t j = 0; j < 3; ++j) {
-    const std::vector<double> all = full_p[j].get();
-    EXPECT_EQ(part_p[j].get(),
-              std::vector<double>(all.begin() + lo[j], all.begin() + lo[j] + len[j]))
-        << "w" << j;
-  }
+  model.expect_parts_match();
 }
 
 TEST(Sharded, EachRankHoldsAboutOneWorldSizeOfTheState) {
