@@ -5,6 +5,14 @@
 
 namespace kopt::Impl {
 
+namespace {
+/// Every field the engines' plans read (memory, size, dtype, space, shard placement).
+bool same_tensor(const Tensor& a, const Tensor& b) {
+  return a.data == b.data && a.numel == b.numel && a.dtype == b.dtype && a.space == b.space &&
+         a.global_numel == b.global_numel && a.global_offset == b.global_offset;
+}
+}  // namespace
+
 bool is_update_dtype(DType dtype) {
   return dtype == DType::f32 || dtype == DType::bf16 || dtype == DType::f16;
 }
@@ -88,11 +96,13 @@ void ParamRegistry::add(const std::string& name, const Tensor& param, const Tens
     entries_.pop_back();  // leave the registry as it was
     throw;
   }
+  ++version_;
 }
 
 void ParamRegistry::set_grad(const std::string& name, const Tensor& grad) {
   ParamEntry& entry = entries_[index_of(name)];
   check_grad_(name, entry.param, grad);
+  if (!same_tensor(entry.grad, grad)) ++version_;
   entry.grad = grad;
 }
 
@@ -107,6 +117,7 @@ void ParamRegistry::rebind(const std::string& name, const Tensor& param, const T
                                                          << name_of(param.dtype) << "; it is "
                                                          << name_of(entry.param.dtype));
   check_grad_(name, param, grad);
+  if (!same_tensor(entry.param, param) || !same_tensor(entry.grad, grad)) ++version_;
   entry.param = param;
   entry.grad = grad;
 }

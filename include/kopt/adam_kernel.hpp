@@ -5,7 +5,9 @@
 /// A group's tensors are cut into chunks of at most chunk_size elements; one work item (a
 /// host iteration, or a device team) updates one chunk, so a step over 10,000 small
 /// tensors is one launch of about the same cost as one tensor of the same total size.
-/// Per-tensor pointers and step scalars sit in a slot table, read once per chunk.
+/// Per-tensor pointers sit in a slot table, read once per chunk; each slot names its step
+/// scalars in a table with one row per (group, step count) in use, so a steady-state step
+/// rewrites that small table and not one slot per tensor.
 
 #include <Kokkos_Core.hpp>
 #include <algorithm>
@@ -31,8 +33,8 @@ struct AdamSlot {
   float* exp_avg = nullptr;
   float* exp_avg_sq = nullptr;
   float* max_exp_avg_sq = nullptr;  ///< amsgrad only
-  AdamStepScalars scalars{};
-  DType grad_dtype = DType::f32;  ///< for the norm, which reads grads of every dtype at once
+  std::int32_t scalar_set = 0;      ///< row of the launch's step-scalar table
+  DType grad_dtype = DType::f32;    ///< for the norm, which reads grads of every dtype at once
 };
 
 /// Elements [begin, end) of slot `slot`.
@@ -164,6 +166,7 @@ template <class ExecSpace, class ParamT, class GradT, bool Amsgrad>
 struct FusedAdamFunctor {
   using memory_space = typename ExecSpace::memory_space;
   Kokkos::View<const AdamSlot*, memory_space> slots_;
+  Kokkos::View<const AdamStepScalars*, memory_space> scalars_;
   Kokkos::View<const Chunk*, memory_space> chunks_;
 
   /// Host: one chunk per iteration.
@@ -173,7 +176,7 @@ struct FusedAdamFunctor {
     fused_adam_host_loop<ParamT, GradT, Amsgrad>(
         chunk.begin, chunk.end, static_cast<ParamT*>(slot.param),
         static_cast<const GradT*>(slot.grad), slot.master, slot.exp_avg, slot.exp_avg_sq,
-        slot.max_exp_avg_sq, slot.scalars);
+        slot.max_exp_avg_sq, scalars_(slot.scalar_set));
   }
 
   /// Device: one team per chunk, its threads striding through it (coalesced).
@@ -181,7 +184,7 @@ struct FusedAdamFunctor {
   KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
     const Chunk chunk = chunks_(team.league_rank());
     const AdamSlot& slot = slots_(chunk.slot);
-    const AdamStepScalars s = slot.scalars;
+    const AdamStepScalars s = scalars_(slot.scalar_set);
     for (std::int64_t i = chunk.begin + team.team_rank(); i < chunk.end; i += team.team_size())
       fused_adam_element<ParamT, GradT, Amsgrad>(
           i, static_cast<ParamT*>(slot.param), static_cast<const GradT*>(slot.grad), slot.master,
@@ -290,19 +293,22 @@ void launch_sync(const ExecSpace& exec, const std::string& label, DType dtype,
 /// Launches the fused update of `chunks` for one kernel class: the dtypes and the variant are
 /// chosen here, once, so the element loop has no branch on them.
 template <class ExecSpace>
-void launch_update(const ExecSpace& exec, const std::string& label, DType param, DType grad,
-                   bool amsgrad,
-                   const Kokkos::View<const AdamSlot*, typename ExecSpace::memory_space>& slots,
-                   const Kokkos::View<const Chunk*, typename ExecSpace::memory_space>& chunks) {
+void launch_update(
+    const ExecSpace& exec, const std::string& label, DType param, DType grad, bool amsgrad,
+    const Kokkos::View<const AdamSlot*, typename ExecSpace::memory_space>& slots,
+    const Kokkos::View<const AdamStepScalars*, typename ExecSpace::memory_space>& scalars,
+    const Kokkos::View<const Chunk*, typename ExecSpace::memory_space>& chunks) {
   const auto n = static_cast<std::int64_t>(chunks.extent(0));
   visit_update_dtype(param, [&](auto param_type) {
     visit_update_dtype(grad, [&](auto grad_type) {
       using P = decltype(param_type);
       using G = decltype(grad_type);
       if (amsgrad)
-        launch_chunks(exec, label, n, FusedAdamFunctor<ExecSpace, P, G, true>{slots, chunks});
+        launch_chunks(exec, label, n,
+                      FusedAdamFunctor<ExecSpace, P, G, true>{slots, scalars, chunks});
       else
-        launch_chunks(exec, label, n, FusedAdamFunctor<ExecSpace, P, G, false>{slots, chunks});
+        launch_chunks(exec, label, n,
+                      FusedAdamFunctor<ExecSpace, P, G, false>{slots, scalars, chunks});
     });
   });
 }

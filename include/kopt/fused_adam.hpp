@@ -120,7 +120,8 @@ class FusedAdam {
   };
 
   void ensure_state_();
-  void fill_slots_(double grad_scale, bool with_scalars);
+  bool plan_current_() const;
+  void fill_slots_();
   void build_sync_(const std::vector<std::size_t>& entries);
   FloatView synced_master_(const Impl::ParamEntry& e);
   void build_classes_(const std::vector<int>& signature, const std::vector<ClassKey>& keys);
@@ -144,6 +145,22 @@ class FusedAdam {
   };
   std::vector<std::size_t> sync_entries_, next_sync_;
   std::vector<SyncTable> sync_tables_;
+  /// The step plan (classes, sync tables, slots, scalar sets) is kept while the registry's
+  /// version, every group's amsgrad flag and the state arrays stay as they were, so a
+  /// steady-state step touches each param once (its step count), not once per table.
+  bool planned_ = false;
+  std::uint64_t planned_version_ = 0;
+  std::vector<bool> planned_amsgrad_;
+  std::vector<std::size_t> updated_;  ///< entries with a grad, in order
+  /// One row of step scalars per (group, step count) among the updated entries; the slots
+  /// name their row, so a step rewrites this table only.
+  struct ScalarSet {
+    std::size_t group;
+    std::int64_t step;
+  };
+  std::vector<ScalarSet> sets_;
+  Kokkos::View<AdamStepScalars*, memory_space> scalars_;
+  typename Kokkos::View<AdamStepScalars*, memory_space>::HostMirror scalars_host_;
 };
 
 #ifdef KOKKOS_ENABLE_SERIAL

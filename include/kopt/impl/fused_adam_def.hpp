@@ -12,6 +12,7 @@
 #include <kopt/grad_norm.hpp>
 #include <kopt/impl/fault_injection.hpp>
 #include <kopt/impl/huge_pages.hpp>
+#include <map>
 #include <utility>
 
 namespace kopt {
@@ -103,16 +104,28 @@ void FusedAdam<ExecSpace>::ensure_state_() {
     slots_host_ = Kokkos::create_mirror_view(slots);
     slots_ = slots;
   }
-  signature_.clear();  // arrays moved: rebuild the chunk tables
-  fill_slots_(1.0, false);
+  signature_.clear();  // arrays moved: rebuild the chunk tables and the slots
+  planned_ = false;
 }
 
 template <class ExecSpace>
-void FusedAdam<ExecSpace>::fill_slots_(double grad_scale, bool with_scalars) {
-  // Params that share a group and a step count share their scalars: compute each once.
-  std::size_t last_group = SIZE_MAX;
-  std::int64_t last_step = -1;
-  AdamStepScalars scalars{};
+bool FusedAdam<ExecSpace>::plan_current_() const {
+  if (!planned_ || planned_version_ != registry_.version() ||
+      planned_amsgrad_.size() != registry_.num_groups())
+    return false;
+  for (std::size_t g = 0; g < registry_.num_groups(); ++g)
+    if (registry_.config(g).amsgrad != planned_amsgrad_[g]) return false;
+  return true;
+}
+
+template <class ExecSpace>
+void FusedAdam<ExecSpace>::fill_slots_() {
+  // Params that share a group and a step count share a row of scalars (usually a group is
+  // one row); consecutive params usually share it, so the map is asked only on a change.
+  updated_.clear();
+  sets_.clear();
+  std::map<std::pair<std::size_t, std::int64_t>, std::int32_t> rows;
+  std::int32_t row = -1;
   for (std::size_t i = 0; i < registry_.size(); ++i) {
     const Impl::ParamEntry& e = registry_[i];
     Impl::AdamSlot& slot = slots_host_(i);
@@ -124,14 +137,23 @@ void FusedAdam<ExecSpace>::fill_slots_(double grad_scale, bool with_scalars) {
     slot.exp_avg_sq = exp_avg_sq_.data() + e.state_offset;
     slot.max_exp_avg_sq =
         max_exp_avg_sq_.extent(0) > 0 ? max_exp_avg_sq_.data() + e.state_offset : nullptr;
-    if (with_scalars && e.grad.data != nullptr) {
-      if (e.group != last_group || e.step != last_step) {
-        scalars = AdamStepScalars::make(registry_.config(e.group), e.step + 1, grad_scale);
-        last_group = e.group;
-        last_step = e.step;
-      }
-      slot.scalars = scalars;
+    slot.scalar_set = 0;
+    if (signature_[i] == 0) continue;
+    updated_.push_back(i);
+    if (row < 0 || sets_[row].group != e.group || sets_[row].step != e.step) {
+      const auto [it, added] =
+          rows.try_emplace({e.group, e.step}, static_cast<std::int32_t>(sets_.size()));
+      if (added) sets_.push_back(ScalarSet{e.group, e.step});
+      row = it->second;
     }
+    slot.scalar_set = row;
+  }
+  if (scalars_.extent(0) < std::max<std::size_t>(sets_.size(), 1)) {
+    Impl::allocation_point();
+    decltype(scalars_) scalars(Kokkos::view_alloc(exec_, label_ + "::step_scalars"),
+                               std::max<std::size_t>(sets_.size(), 1));
+    scalars_host_ = Kokkos::create_mirror_view(scalars);
+    scalars_ = scalars;
   }
   Kokkos::deep_copy(exec_, slots_, slots_host_);  // a no-op where the mirror is the view
 }
@@ -200,6 +222,8 @@ void FusedAdam<ExecSpace>::build_classes_(const std::vector<int>& signature,
 template <class ExecSpace>
 void FusedAdam<ExecSpace>::prepare_step() {
   ensure_state_();
+  if (plan_current_()) return;
+  planned_ = false;  // until every table below is built
   // Which kernel class each param falls in this step (0: no grad, skipped).
   std::vector<int>& signature = next_signature_;  // members: no host allocation per step
   std::vector<ClassKey>& keys = next_keys_;
@@ -225,13 +249,18 @@ void FusedAdam<ExecSpace>::prepare_step() {
     if (signature_[i] > 0 && registry_[i].sync_master && registry_[i].master_offset >= 0)
       sync.push_back(i);
   if (sync != sync_entries_) build_sync_(sync);
+  fill_slots_();
+  planned_amsgrad_.assign(registry_.num_groups(), false);
+  for (std::size_t g = 0; g < registry_.num_groups(); ++g)
+    planned_amsgrad_[g] = registry_.config(g).amsgrad;
+  planned_version_ = registry_.version();
+  planned_ = true;
 }
 
 template <class ExecSpace>
 void FusedAdam<ExecSpace>::grad_norm_parts(Impl::NormParts& out) {
   registry_.validate_configs();
   prepare_step();
-  fill_slots_(1.0, false);  // grad pointers and dtypes of this step
   norms_.sums(exec_, label_ + "::grad_sum_of_squares", slots_, out);
 }
 
@@ -249,21 +278,26 @@ void FusedAdam<ExecSpace>::step(double grad_scale) {
                 label_ << ": step(grad_scale = " << grad_scale << "): grad_scale must be finite");
   registry_.validate_configs();
   prepare_step();
-  fill_slots_(grad_scale, true);
+  for (std::size_t k = 0; k < sets_.size(); ++k)
+    scalars_host_(k) =
+        AdamStepScalars::make(registry_.config(sets_[k].group), sets_[k].step + 1, grad_scale);
+  Kokkos::deep_copy(exec_, scalars_, scalars_host_);
   // Launched here, not in prepare_step(): a step that fails or is skipped before its update
   // leaves the masters as they were, so weights written after it still count.
   for (const SyncTable& t : sync_tables_)
     Impl::launch_sync(exec_, label_ + "::sync_master", t.dtype, slots_, t.chunks);
   for (const KernelClass& kc : classes_)
     Impl::launch_update(exec_, label_ + "::update", kc.key.param, kc.key.grad, kc.key.amsgrad,
-                        slots_, kc.chunks);
-  for (std::size_t i = 0; i < registry_.size(); ++i)
-    if (signature_[i] > 0) {
-      ++registry_[i].step;
-      registry_[i].sync_master = false;  // from now on the master leads, the param follows
-    }
-  // Every synced entry was just updated: the next step syncs none of them. Freed now, so
-  // that a steady-state step frees (and, in Kokkos 3.4, launches a destructor for) nothing.
+                        slots_, scalars_, kc.chunks);
+  for (const std::size_t i : updated_) {
+    ++registry_[i].step;
+    registry_[i].sync_master = false;  // from now on the master leads, the param follows
+  }
+  for (ScalarSet& set : sets_) ++set.step;  // its params all stepped: still one row
+  // Every synced entry was just updated: the next step syncs none of them (the plan stays
+  // current: a flagged entry without a grad needs set_grad, a new version, to be updated).
+  // Freed now, so that a steady-state step frees (and, in Kokkos 3.4, launches a
+  // destructor for) nothing.
   sync_entries_.clear();
   sync_tables_.clear();
 }
@@ -274,6 +308,7 @@ void FusedAdam<ExecSpace>::reload_model_params() {
   // already rounds to the param (a checkpoint's exact fp32 value) and taking the param
   // wherever the training code wrote other weights.
   for (std::size_t i = 0; i < registry_.size(); ++i) registry_[i].sync_master = true;
+  planned_ = false;  // the next step builds its sync tables
 }
 
 template <class ExecSpace>
@@ -320,6 +355,7 @@ void FusedAdam<ExecSpace>::set_state(const std::string& name, std::int64_t step,
   Impl::fence(exec_, label_ + "::set_state");  // the host arrays may die right after
   registry_[i].step = step;
   registry_[i].sync_master = true;  // the weights may be loaded before or after this
+  planned_ = false;                 // its scalar row and sync table change
 }
 
 template <class ExecSpace>

@@ -122,8 +122,9 @@ class OffloadEngine final : public Engine {
   std::vector<Segment> segments_;
   std::vector<Batch> batches_;
   std::vector<ClassRange> ranges_;
-  std::vector<Chunk> host_chunks_;    ///< slot = segment index
-  std::vector<AdamSlot> host_slots_;  ///< per segment, pointing into staging and state
+  std::vector<Chunk> host_chunks_;             ///< slot = segment index
+  std::vector<AdamSlot> host_slots_;           ///< per segment, pointing into staging and state
+  std::vector<AdamStepScalars> host_scalars_;  ///< this step's, rows named by host_slots_
   std::vector<CopyQueue::Ticket> grads_landed_, params_sent_;
 
   // The grad norm, computed where the grads are before the pipeline starts.

@@ -200,6 +200,7 @@ void OffloadEngine<DeviceExec, StateMem>::build_plan_() {
     }
   build_batches_(entries, true);
   host_slots_.assign(segments_.size(), AdamSlot{});
+  host_scalars_.reserve(segments_.size());  // step() then allocates nothing
   for (std::size_t b = 0; b < batches_.size(); ++b)
     for (std::size_t i = batches_[b].seg_first; i < batches_[b].seg_last; ++i) {
       const Segment& s = segments_[i];
@@ -271,6 +272,8 @@ void OffloadEngine<DeviceExec, StateMem>::update_(std::size_t batch) {
   using Unmanaged = Kokkos::MemoryTraits<Kokkos::Unmanaged>;
   const Kokkos::View<const AdamSlot*, Kokkos::HostSpace, Unmanaged> slots(host_slots_.data(),
                                                                           host_slots_.size());
+  const Kokkos::View<const AdamStepScalars*, Kokkos::HostSpace, Unmanaged> scalars(
+      host_scalars_.data(), host_scalars_.size());
   for (std::size_t i = batches_[batch].seg_first; i < batches_[batch].seg_last; ++i)
     if (registry_[segments_[i].entry].sync_master) sync_master_(batch, segments_[i]);
   for (std::size_t r = batches_[batch].range_first; r < batches_[batch].range_last; ++r) {
@@ -278,7 +281,7 @@ void OffloadEngine<DeviceExec, StateMem>::update_(std::size_t batch) {
     const Kokkos::View<const Chunk*, Kokkos::HostSpace, Unmanaged> chunks(
         host_chunks_.data() + range.first, range.last - range.first);
     launch_update(host_, label_ + "::update", range.key.param, range.key.grad, range.key.amsgrad,
-                  slots, chunks);
+                  slots, scalars, chunks);
   }
   Impl::fence(host_, label_ + "::update");
   times_.update += offload_detail::seconds_since(t0);
@@ -303,16 +306,20 @@ void OffloadEngine<DeviceExec, StateMem>::step(double grad_scale) {
                 label_ << ": step(grad_scale = " << grad_scale << "): grad_scale must be finite");
   registry_.validate_configs();
   plan_();
-  // Scalars per segment, from its param's own group and step count.
-  std::size_t last = SIZE_MAX;
-  AdamStepScalars scalars{};
+  // Scalars per segment, from its param's own group and step count: one table row per run
+  // of segments that share both.
+  host_scalars_.clear();
+  std::size_t last_group = SIZE_MAX;
+  std::int64_t last_step = -1;
   for (std::size_t i = 0; i < segments_.size(); ++i) {
     const ParamEntry& e = registry_[segments_[i].entry];
-    if (segments_[i].entry != last) {
-      scalars = AdamStepScalars::make(registry_.config(e.group), e.step + 1, grad_scale);
-      last = segments_[i].entry;
+    if (e.group != last_group || e.step != last_step) {
+      host_scalars_.push_back(
+          AdamStepScalars::make(registry_.config(e.group), e.step + 1, grad_scale));
+      last_group = e.group;
+      last_step = e.step;
     }
-    host_slots_[i].scalars = scalars;
+    host_slots_[i].scalar_set = static_cast<std::int32_t>(host_scalars_.size() - 1);
   }
   const auto t0 = std::chrono::steady_clock::now();
   times_ = PipelineTimes{};

@@ -57,6 +57,9 @@ class ParamRegistry {
   void rebind(const std::string& name, const Tensor& param, const Tensor& grad);
   /// Validates every group's config; throws naming the group on the first bad one.
   void validate_configs() const;
+  /// Changes whenever a param is added or an entry's param or grad tensor changes (set_grad
+  /// and rebind with other memory): engines keep their step plans while it stays the same.
+  std::uint64_t version() const { return version_; }
 
   std::size_t size() const { return entries_.size(); }
   const ParamEntry& operator[](std::size_t i) const { return entries_[i]; }
@@ -83,6 +86,7 @@ class ParamRegistry {
   std::int64_t master_elems_ = 0;
   std::size_t laid_out_ = 0;
   std::size_t first_new_ = 0;
+  std::uint64_t version_ = 0;
 };
 
 }  // namespace kopt::Impl
