@@ -89,6 +89,8 @@ void ParamRegistry::add(const std::string& name, const Tensor& param, const Tens
   entry.param = param;
   entry.grad = grad;
   entry.group = group;
+  steps_.reserve(entries_.size() + 1);  // the only steps that may throw come first
+  sync_.reserve(entries_.size() + 1);
   entries_.push_back(std::move(entry));
   try {
     index_.emplace(name, entries_.size() - 1);
@@ -96,6 +98,8 @@ void ParamRegistry::add(const std::string& name, const Tensor& param, const Tens
     entries_.pop_back();  // leave the registry as it was
     throw;
   }
+  steps_.push_back(0);
+  sync_.push_back(1);
   ++version_;
 }
 

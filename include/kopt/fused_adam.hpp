@@ -90,7 +90,7 @@ class FusedAdam {
   std::size_t size() const { return registry_.size(); }
   /// Completed updates of `name`.
   std::int64_t step_count(const std::string& name) const {
-    return registry_[registry_.index_of(name)].step;
+    return registry_.step(registry_.index_of(name));
   }
   /// The state of `name` (allocating the engine's state first if needed). The master of a
   /// param not updated since it was added, set_state() or reloaded is the one its next

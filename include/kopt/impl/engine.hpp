@@ -42,7 +42,7 @@ class Engine {
   virtual std::int64_t step_count(const std::string& name) const = 0;
   virtual std::size_t state_bytes() const = 0;
   /// The state of `name`, copied to the host (allocating the engine's state if needed); a
-  /// master still to be reconciled (ParamEntry::sync_master) as its next update would take
+  /// master still to be reconciled (ParamRegistry::sync_master) as its next update would take
   /// it from the param now, the engine's own left unchanged.
   virtual void get_state(const std::string& name, HostParamState& out) = 0;
   /// Overwrites the state of `name`; arrays sized to its numel (the caller checked them),

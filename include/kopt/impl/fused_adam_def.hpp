@@ -140,10 +140,11 @@ void FusedAdam<ExecSpace>::fill_slots_() {
     slot.scalar_set = 0;
     if (signature_[i] == 0) continue;
     updated_.push_back(i);
-    if (row < 0 || sets_[row].group != e.group || sets_[row].step != e.step) {
+    const std::int64_t step = registry_.step(i);
+    if (row < 0 || sets_[row].group != e.group || sets_[row].step != step) {
       const auto [it, added] =
-          rows.try_emplace({e.group, e.step}, static_cast<std::int32_t>(sets_.size()));
-      if (added) sets_.push_back(ScalarSet{e.group, e.step});
+          rows.try_emplace({e.group, step}, static_cast<std::int32_t>(sets_.size()));
+      if (added) sets_.push_back(ScalarSet{e.group, step});
       row = it->second;
     }
     slot.scalar_set = row;
@@ -246,7 +247,7 @@ void FusedAdam<ExecSpace>::prepare_step() {
   std::vector<std::size_t>& sync = next_sync_;
   sync.clear();
   for (std::size_t i = 0; i < registry_.size(); ++i)
-    if (signature_[i] > 0 && registry_[i].sync_master && registry_[i].master_offset >= 0)
+    if (signature_[i] > 0 && registry_.sync_master(i) && registry_[i].master_offset >= 0)
       sync.push_back(i);
   if (sync != sync_entries_) build_sync_(sync);
   fill_slots_();
@@ -289,10 +290,7 @@ void FusedAdam<ExecSpace>::step(double grad_scale) {
   for (const KernelClass& kc : classes_)
     Impl::launch_update(exec_, label_ + "::update", kc.key.param, kc.key.grad, kc.key.amsgrad,
                         slots_, scalars_, kc.chunks);
-  for (const std::size_t i : updated_) {
-    ++registry_[i].step;
-    registry_[i].sync_master = false;  // from now on the master leads, the param follows
-  }
+  for (const std::size_t i : updated_) registry_.advance(i);  // the master leads from now on
   for (ScalarSet& set : sets_) ++set.step;  // its params all stepped: still one row
   // Every synced entry was just updated: the next step syncs none of them (the plan stays
   // current: a flagged entry without a grad needs set_grad, a new version, to be updated).
@@ -307,7 +305,7 @@ void FusedAdam<ExecSpace>::reload_model_params() {
   // Lazy: each param's next update reconciles its master with it, keeping a master that
   // already rounds to the param (a checkpoint's exact fp32 value) and taking the param
   // wherever the training code wrote other weights.
-  for (std::size_t i = 0; i < registry_.size(); ++i) registry_[i].sync_master = true;
+  registry_.reload_all();
   planned_ = false;  // the next step builds its sync tables
 }
 
@@ -325,11 +323,11 @@ AdamStateView<typename FusedAdam<ExecSpace>::memory_space> FusedAdam<ExecSpace>:
   s.exp_avg_sq = Kokkos::subview(exp_avg_sq_, range(e.state_offset, e.param.numel));
   if (max_exp_avg_sq_.extent(0) > 0)
     s.max_exp_avg_sq = Kokkos::subview(max_exp_avg_sq_, range(e.state_offset, e.param.numel));
-  if (e.master_offset >= 0 && e.sync_master)
+  if (e.master_offset >= 0 && registry_.sync_master(i))
     s.master = synced_master_(e);
   else if (e.master_offset >= 0)
     s.master = Kokkos::subview(master_, range(e.master_offset, e.param.numel));
-  s.step = e.step;
+  s.step = registry_.step(i);
   return s;
 }
 
@@ -353,9 +351,8 @@ void FusedAdam<ExecSpace>::set_state(const std::string& name, std::int64_t step,
   put(max_exp_avg_sq_, e.state_offset, max_exp_avg_sq);
   if (e.master_offset >= 0) put(master_, e.master_offset, master);
   Impl::fence(exec_, label_ + "::set_state");  // the host arrays may die right after
-  registry_[i].step = step;
-  registry_[i].sync_master = true;  // the weights may be loaded before or after this
-  planned_ = false;                 // its scalar row and sync table change
+  registry_.set_loaded(i, step);               // the weights may be loaded before or after this
+  planned_ = false;                            // its scalar row and sync table change
 }
 
 template <class ExecSpace>

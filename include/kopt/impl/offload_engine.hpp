@@ -55,7 +55,7 @@ class OffloadEngine final : public Engine {
   void reload_model_params() override;
   void fence() override {}  // step() and reload_model_params() return with all copies done
   std::int64_t step_count(const std::string& name) const override {
-    return registry_[registry_.index_of(name)].step;
+    return registry_.step(registry_.index_of(name));
   }
   std::size_t state_bytes() const override;
   void get_state(const std::string& name, HostParamState& out) override;

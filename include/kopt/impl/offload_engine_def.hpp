@@ -68,7 +68,7 @@ template <class DeviceExec, class StateMem>
 void OffloadEngine<DeviceExec, StateMem>::ensure_state_() {
   // Exception-safe as FusedAdam's: each array is replaced only by a complete, larger copy;
   // a failure leaves every value as it was. New params' masters are taken from the params
-  // by their first update (ParamEntry::sync_master).
+  // by their first update (ParamRegistry::sync_master).
   require_kokkos(label_.c_str());
   const std::int64_t moments = registry_.lay_out().first;
   bool need_max = false;
@@ -255,7 +255,7 @@ void OffloadEngine<DeviceExec, StateMem>::send_grads_(std::size_t batch) {
                      static_cast<const unsigned char*>(e.grad.data) + s.begin * size, s.len * size);
       // A master to reconcile: the param comes along, into its f32 master (which simply
       // becomes the param) or the param staging that update_() reconciles the master with.
-      if (e.sync_master) {
+      if (registry_.sync_master(s.entry)) {
         const std::size_t psize = size_of(e.param.dtype);
         to_host_->copy(const_cast<void*>(host_param_(batch, s)),
                        static_cast<const unsigned char*>(e.param.data) + s.begin * psize,
@@ -275,7 +275,7 @@ void OffloadEngine<DeviceExec, StateMem>::update_(std::size_t batch) {
   const Kokkos::View<const AdamStepScalars*, Kokkos::HostSpace, Unmanaged> scalars(
       host_scalars_.data(), host_scalars_.size());
   for (std::size_t i = batches_[batch].seg_first; i < batches_[batch].seg_last; ++i)
-    if (registry_[segments_[i].entry].sync_master) sync_master_(batch, segments_[i]);
+    if (registry_.sync_master(segments_[i].entry)) sync_master_(batch, segments_[i]);
   for (std::size_t r = batches_[batch].range_first; r < batches_[batch].range_last; ++r) {
     const ClassRange& range = ranges_[r];
     const Kokkos::View<const Chunk*, Kokkos::HostSpace, Unmanaged> chunks(
@@ -312,12 +312,12 @@ void OffloadEngine<DeviceExec, StateMem>::step(double grad_scale) {
   std::size_t last_group = SIZE_MAX;
   std::int64_t last_step = -1;
   for (std::size_t i = 0; i < segments_.size(); ++i) {
-    const ParamEntry& e = registry_[segments_[i].entry];
-    if (e.group != last_group || e.step != last_step) {
-      host_scalars_.push_back(
-          AdamStepScalars::make(registry_.config(e.group), e.step + 1, grad_scale));
-      last_group = e.group;
-      last_step = e.step;
+    const std::size_t group = registry_[segments_[i].entry].group;
+    const std::int64_t step = registry_.step(segments_[i].entry);
+    if (group != last_group || step != last_step) {
+      host_scalars_.push_back(AdamStepScalars::make(registry_.config(group), step + 1, grad_scale));
+      last_group = group;
+      last_step = step;
     }
     host_slots_[i].scalar_set = static_cast<std::int32_t>(host_scalars_.size() - 1);
   }
@@ -345,10 +345,7 @@ void OffloadEngine<DeviceExec, StateMem>::step(double grad_scale) {
   }
   times_.total = offload_detail::seconds_since(t0);
   for (std::size_t i = 0; i < registry_.size(); ++i)
-    if (signature_[i] > 0) {
-      ++registry_[i].step;
-      registry_[i].sync_master = false;  // from now on the master leads, the param follows
-    }
+    if (signature_[i] > 0) registry_.advance(i);  // the master leads from now on
 }
 
 template <class DeviceExec, class StateMem>
@@ -377,7 +374,7 @@ void OffloadEngine<DeviceExec, StateMem>::sync_master_(std::size_t batch, const 
 template <class DeviceExec, class StateMem>
 void OffloadEngine<DeviceExec, StateMem>::reload_model_params() {
   // Lazy, as FusedAdam's: each param's next update reconciles its master with it.
-  for (std::size_t i = 0; i < registry_.size(); ++i) registry_[i].sync_master = true;
+  registry_.reload_all();
 }
 
 // The state is host memory: plain copies. An f32 param's master is the param itself (it
@@ -399,13 +396,14 @@ void OffloadEngine<DeviceExec, StateMem>::get_state(const std::string& name, Hos
     out.master.clear();
   } else {
     get(master_, out.master);
-    if (e.sync_master) {  // what the next update would start from, the engine's left as is
+    if (registry_.sync_master(
+            i)) {  // what the next update would start from, the engine's left as is
       std::vector<unsigned char> param(n * size_of(e.param.dtype));
       copy_bytes(param.data(), MemorySpace::host, e.param.data, e.param.space, param.size());
       sync_span_(e.param.dtype, param.data(), out.master.data(), out.master.data(), e.param.numel);
     }
   }
-  out.step = e.step;
+  out.step = registry_.step(i);
 }
 
 template <class DeviceExec, class StateMem>
@@ -423,8 +421,7 @@ void OffloadEngine<DeviceExec, StateMem>::set_state(const std::string& name,
   put(in.exp_avg_sq, exp_avg_sq_);
   put(in.max_exp_avg_sq, max_exp_avg_sq_);
   if (e.param.dtype != DType::f32) put(in.master, master_);
-  registry_[i].step = in.step;
-  registry_[i].sync_master = true;  // the weights may be loaded before or after this
+  registry_.set_loaded(i, in.step);  // the weights may be loaded before or after this
 }
 
 template <class DeviceExec, class StateMem>

@@ -4,6 +4,7 @@
 /// tensors, per-parameter step counts and where each parameter's state sits in the engine's
 /// buffers. Compiled once (src/param_registry.cpp); holds no device memory.
 
+#include <algorithm>
 #include <cstdint>
 #include <kopt/adam_config.hpp>
 #include <kopt/tensor.hpp>
@@ -31,13 +32,8 @@ struct ParamEntry {
   Tensor param;
   Tensor grad;  ///< data == nullptr: no gradient this step
   std::size_t group = 0;
-  std::int64_t step = 0;            ///< completed updates of this param
   std::int64_t state_offset = -1;   ///< into the moment buffers; -1 until laid out
   std::int64_t master_offset = -1;  ///< into the master buffer; -1 for fp32 params
-  /// The master must be reconciled with the param before this param's next update (see
-  /// Impl::synced_master): set when added, loaded (set_state) or reloaded, cleared by the
-  /// update. Until then the training code may write the param and the master follows.
-  bool sync_master = true;
 };
 
 class ParamRegistry {
@@ -67,6 +63,27 @@ class ParamRegistry {
   /// Position of `name`; throws kopt::InvalidArgument naming it when unknown.
   std::size_t index_of(const std::string& name) const;
 
+  // Each entry's progress, kept apart from the entries in two compact arrays: a step over
+  // 100,000 params then writes 0.9 MB, not a cache line per entry (1 ms a step here).
+  /// Completed updates of entry i.
+  std::int64_t step(std::size_t i) const { return steps_[i]; }
+  /// Whether entry i's master is to be reconciled with its param before its next update
+  /// (see Impl::synced_master): set when added, loaded or reloaded, cleared by the update.
+  /// Until then the training code may write the param and the master follows.
+  bool sync_master(std::size_t i) const { return sync_[i] != 0; }
+  /// Entry i completed one update: its step count + 1, and its master leads from now on.
+  void advance(std::size_t i) {
+    ++steps_[i];
+    sync_[i] = 0;
+  }
+  /// Entry i's state was loaded with step count `step`: its master is reconciled next.
+  void set_loaded(std::size_t i, std::int64_t step) {
+    steps_[i] = step;
+    sync_[i] = 1;
+  }
+  /// New weights in every param: every master is reconciled at its next update.
+  void reload_all() { std::fill(sync_.begin(), sync_.end(), char{1}); }
+
   /// Assigns buffer offsets to entries not laid out yet (appended after the existing ones,
   /// so existing state keeps its place). Returns {moment elements, master elements}.
   std::pair<std::int64_t, std::int64_t> lay_out();
@@ -81,6 +98,8 @@ class ParamRegistry {
   std::string owner_;
   std::vector<AdamConfig> configs_;
   std::vector<ParamEntry> entries_;
+  std::vector<std::int64_t> steps_;  ///< per entry, see step()
+  std::vector<char> sync_;           ///< per entry, see sync_master()
   std::unordered_map<std::string, std::size_t> index_;
   std::int64_t moment_elems_ = 0;
   std::int64_t master_elems_ = 0;
