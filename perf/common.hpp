@@ -146,5 +146,6 @@ void register_tensor_split_benchmarks();
 void register_norm_and_hybrid_benchmarks();
 void register_peer_benchmarks();
 void register_offload_benchmarks();
+void register_many_params_benchmarks();
 
 }  // namespace kopt_perf

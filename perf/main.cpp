@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
   kopt_perf::register_norm_and_hybrid_benchmarks();
   kopt_perf::register_peer_benchmarks();
   kopt_perf::register_offload_benchmarks();
+  kopt_perf::register_many_params_benchmarks();
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   return 0;

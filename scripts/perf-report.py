@@ -65,6 +65,10 @@ def kopt_rows(bench, peers=None):
                 note += f", libtorch {b['libtorch_GB/s']:.1f} GB/s"
             else:
                 note += ", libtorch not built"
+        elif kernel.startswith("many_params"):
+            size = f"{int(b['params']):,} params in {int(b['groups']):,} groups"
+            note = ", ".join(f"{p} {b[p + '_s']:.2f} s ({b[p + '_us_per_param']:.1f} us/param)"
+                             for p in ("add", "construct", "first_step", "save", "load"))
         elif "of_slower" in b:
             note = f"{b['of_slower']:.2f} of the slower group alone"
         gbs = b.get("GB/s", b.get("copy_GB/s"))
@@ -126,6 +130,11 @@ def problems(path, bench):
         rate = b.get("Gelem/s")
         if b.get("error_occurred"):
             found.append(f"{b['name']}: {b.get('error_message')}")
+        elif b["name"].startswith("many_params"):  # times per phase, not a rate
+            for p in ("add", "construct", "first_step", "save", "load"):
+                t = b.get(p + "_s")
+                if t is None or not math.isfinite(t) or t < 0:
+                    found.append(f"{b['name']}: {p}_s = {t}")
         elif rate is None or not math.isfinite(rate) or rate <= 0:
             found.append(f"{b['name']}: no rate (Gelem/s = {rate})")
         for key in ("of_ceiling", "of_one_tensor", "of_plain_step", "x_plain", "x_naive",

@@ -260,13 +260,13 @@ kopt_status kopt_reload_model_params(kopt_optimizer* optimizer) {
 }
 
 kopt_status kopt_save(kopt_optimizer* optimizer, const char* path) {
-  return guard([&] { deref(optimizer, "optimizer").opt->save(name_arg(path)); });
+  return guard([&] { deref(optimizer, "optimizer").opt->save(&deref(path, "path")); });
 }
 
 kopt_status kopt_load(kopt_optimizer* optimizer, const char* path, int32_t partial) {
   return guard([&] {
     deref(optimizer, "optimizer")
-        .opt->load(name_arg(path), kopt::LoadOptions{flag(partial, "partial")});
+        .opt->load(&deref(path, "path"), kopt::LoadOptions{flag(partial, "partial")});
   });
 }
 

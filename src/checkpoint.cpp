@@ -9,7 +9,9 @@
 #include <kopt/impl/shard_plan.hpp>
 #include <limits>
 #include <map>
+#include <optional>
 #include <random>
+#include <unordered_map>
 
 namespace kopt {
 
@@ -65,6 +67,18 @@ void HybridOptimizer::save(const std::string& path) {
   check_consistent_("save");  // never replace a good checkpoint with a half-updated state
   Communicator& comm = world_();
   const auto rank = static_cast<std::uint32_t>(comm.rank());
+  const std::string what = "kopt::HybridOptimizer::save of " + path;
+  // One saver per directory: rank 0 holds the lock from before any rank writes until the
+  // clean-up is done (a second saver's clean-up would otherwise remove this one's files).
+  std::optional<Impl::DirectoryLock> lock;
+  std::string error;
+  try {
+    fs::create_directories(path);
+    if (rank == 0) lock.emplace(path);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  agree(comm, error, what);
   for (const auto& engine : engines_) engine->fence();
   // Rank 0 draws the generation that names this save's data files.
   std::uint64_t generation = std::random_device{}() ^ (std::uint64_t{std::random_device{}()} << 32);
@@ -81,9 +95,9 @@ void HybridOptimizer::save(const std::string& path) {
   std::vector<unsigned char> data = Impl::data_file_header(generation, rank);
   std::vector<Impl::IndexBlock> blocks;
   Impl::HostParamState state;
-  std::string error;
+  const std::string data_file = (fs::path(path) / Impl::data_file_name(generation, rank)).string();
+  bool wrote_data = false;
   try {
-    fs::create_directories(path);
     for (std::size_t g = 0; g < groups_.size(); ++g) index.groups.push_back(groups_[g].config());
     for (std::size_t g = 0; g < groups_.size(); ++g)
       for (const ParamSpec& p : groups_[g].params()) {
@@ -115,12 +129,26 @@ void HybridOptimizer::save(const std::string& path) {
                                           data.size() - first,
                                           Impl::crc32c(data.data() + first, data.size() - first)});
       }
-    Impl::write_file_atomically((fs::path(path) / Impl::data_file_name(generation, rank)).string(),
-                                data);
+    Impl::write_file_atomically(data_file, data);
+    wrote_data = true;
+  } catch (const std::bad_alloc&) {
+    error = what + ": out of host memory building rank " + std::to_string(rank) + "'s data file (" +
+            std::to_string(data.size()) + " bytes so far)";
   } catch (const std::exception& e) {
     error = e.what();
   }
-  agree(comm, error, "kopt::HybridOptimizer::save of " + path);
+  // A failed save removes what it wrote (its data file has a fresh generation, named by no
+  // index): the previous checkpoint stays as it was, and a retry starts clean.
+  const auto discard = [&] {
+    std::error_code ec;
+    if (wrote_data) fs::remove(data_file, ec);
+  };
+  try {
+    agree(comm, error, what);
+  } catch (...) {
+    discard();
+    throw;
+  }
   // Rank 0 writes the index only once every data file is in place: until its rename the
   // previous checkpoint (index and data files) stays whole.
   const auto all_blocks = gather(comm, Impl::serialize_blocks(blocks));
@@ -136,16 +164,15 @@ void HybridOptimizer::save(const std::string& path) {
       error = e.what();
     }
   }
-  agree(comm, error, "kopt::HybridOptimizer::save of " + path);
-  if (rank == 0) {  // what the new index no longer names: older data files, torn temporaries
-    const std::string keep = Impl::data_file_name(generation, 0).substr(0, 22);
-    std::error_code ec;
-    for (const auto& f : fs::directory_iterator(path, ec)) {
-      const std::string name = f.path().filename().string();
-      const bool old_data = name.rfind("data-", 0) == 0 && name.rfind(keep, 0) != 0;
-      if (old_data || name.find(".kopt.tmp.") != std::string::npos) fs::remove(f.path(), ec);
-    }
+  try {
+    agree(comm, error, what);
+  } catch (...) {
+    discard();
+    throw;
   }
+  // What the new index no longer names: older data files, torn temporaries; never a file
+  // this format did not write.
+  if (rank == 0) Impl::remove_stale_files(path, generation);
 }
 
 namespace {
@@ -180,8 +207,8 @@ struct BlockReader {
     out.master.assign(p.has_master ? count : 0, 0.0f);
     out.step = p.step;
     std::int64_t covered = 0;
-    for (const Impl::IndexBlock& b : index.blocks) {
-      if (b.param != param) continue;
+    for (std::size_t k = index.first_block[param]; k < index.first_block[param + 1]; ++k) {
+      const Impl::IndexBlock& b = index.blocks[k];  // this param's, by offset
       const std::int64_t lo = std::max(offset, b.global_offset);
       const std::int64_t hi = std::min(offset + n, b.global_offset + b.length);
       if (lo >= hi) continue;
@@ -207,6 +234,9 @@ struct BlockReader {
 
 void HybridOptimizer::load(const std::string& path, const LoadOptions& options) {
   Impl::require_kokkos("kopt::HybridOptimizer::load");
+  KOPT_THROW_IF_AS(InvalidArgument, !alive_.yes,
+                   "kopt::HybridOptimizer::load: this optimizer was moved from; it holds no "
+                   "params or state");
   Communicator& comm = world_();
   const std::string index_file = (fs::path(path) / Impl::kIndexName).string();
   std::vector<AdamConfig> configs(groups_.size());
@@ -214,13 +244,13 @@ void HybridOptimizer::load(const std::string& path, const LoadOptions& options) 
   std::vector<std::int64_t> steps(where_.size(), -1);                // -1: not in the file
   std::vector<std::pair<std::size_t, Impl::HostParamState>> states;  // by ordinal
   Impl::Index index;
-  std::string error;
+  std::string error, reading = "the index";
   try {
     index = Impl::parse_index(Impl::read_file(index_file), index_file);
-    std::map<std::string, std::uint32_t> in_file;
+    std::unordered_map<std::string, std::uint32_t> in_file;  // names are unique (check_index)
+    in_file.reserve(index.params.size());
     for (std::uint32_t i = 0; i < index.params.size(); ++i)
-      KOPT_THROW_IF_AS(CheckpointError, !in_file.emplace(index.params[i].name, i).second,
-                       index_file << ": param '" << index.params[i].name << "' appears twice");
+      in_file.emplace(index.params[i].name, i);
     std::size_t known = 0;
     BlockReader reader{path, index, {}};
     for (std::size_t g = 0; g < groups_.size(); ++g)
@@ -250,6 +280,7 @@ void HybridOptimizer::load(const std::string& path, const LoadOptions& options) 
         if (at.engine == kNone) continue;
         const Tensor piece = shards_ ? shards_->local_param(at.ordinal) : p.param;
         states.emplace_back(at.ordinal, Impl::HostParamState{});
+        reading = p.name;
         reader.assemble(it->second, piece.global_offset, piece.numel, states.back().second);
       }
     KOPT_THROW_IF_AS(CheckpointError, !options.partial && known != index.params.size(),
@@ -258,8 +289,18 @@ void HybridOptimizer::load(const std::string& path, const LoadOptions& options) 
                                 << "ignores them)");
     for (std::size_t g = 0; g < groups_.size(); ++g)
       if (config_found[g]) configs[g].validate();
-    if (index.has_scaler && scaler_)
-      LossScaler(*options_.loss_scaling).restore(index.scale, index.growth_tracker);
+    if (index.has_scaler && scaler_) {
+      try {  // against this optimizer's scaler options (the growth interval)
+        LossScaler(*options_.loss_scaling).restore(index.scale, index.growth_tracker);
+      } catch (const InvalidArgument& e) {
+        KOPT_THROW_IF_AS(CheckpointError, true,
+                         index_file << ": its loss scaler state does not fit this optimizer's: "
+                                    << Impl::embedded(e.what()));
+      }
+    }
+  } catch (const std::bad_alloc&) {
+    error = index_file + ": out of host memory reading the state of '" + reading +
+            "' (this rank holds the whole state it loads on the host before applying it)";
   } catch (const std::exception& e) {
     error = e.what();
   }

@@ -1,15 +1,8 @@
-// The checkpoint format's bytes: checksums, little-endian records, atomic files.
-#include <fcntl.h>
-#include <unistd.h>
-
+// The checkpoint format's bytes: checksums, little-endian records (files: checkpoint_files.cpp).
 #include <array>
-#include <atomic>
 #include <bit>
-#include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <kopt/error.hpp>
 #include <kopt/impl/checkpoint_format.hpp>
 
@@ -17,11 +10,7 @@ namespace kopt::Impl {
 
 namespace {
 
-constexpr char kIndexMagic[8] = {'K', 'O', 'P', 'T', 'I', 'N', 'D', 'X'};
-constexpr char kDataMagic[8] = {'K', 'O', 'P', 'T', 'D', 'A', 'T', 'A'};
 constexpr std::size_t kIndexHeaderBytes = 32;
-
-std::atomic<std::int64_t> fail_after{-1};
 
 constexpr std::array<std::uint32_t, 256> crc_table() {
   std::array<std::uint32_t, 256> t{};
@@ -69,6 +58,13 @@ struct Reader {
     std::memcpy(&v, &bits, sizeof(T));
     return v;
   }
+  /// A bool field: 0 or 1, nothing else (a byte of 2 would otherwise load as `true`).
+  bool get_bool(const std::string& what) {
+    const auto v = get<std::uint8_t>();
+    KOPT_THROW_IF_AS(CheckpointError, v > 1,
+                     file << ": " << what << " is " << int{v} << ", not 0 or 1 (corrupt metadata)");
+    return v != 0;
+  }
   std::string get_string() {
     const auto n = get<std::uint32_t>();
     need(n);
@@ -84,11 +80,19 @@ void put_config(Writer& w, const AdamConfig& c) {
     w.put(static_cast<std::uint8_t>(b));
 }
 
-AdamConfig get_config(Reader& r) {
+AdamConfig get_config(Reader& r, std::uint32_t g) {
   AdamConfig c;
   for (double* x : {&c.lr, &c.beta1, &c.beta2, &c.eps, &c.weight_decay}) *x = r.get<double>();
-  for (bool* b : {&c.decoupled, &c.amsgrad, &c.bias_correction, &c.maximize})
-    *b = r.get<std::uint8_t>() != 0;
+  const std::string group = "group " + std::to_string(g);
+  c.decoupled = r.get_bool(group + " decoupled");
+  c.amsgrad = r.get_bool(group + " amsgrad");
+  c.bias_correction = r.get_bool(group + " bias_correction");
+  c.maximize = r.get_bool(group + " maximize");
+  try {
+    c.validate();
+  } catch (const Error& e) {
+    KOPT_THROW_IF_AS(CheckpointError, true, r.file << ": " << group << ": " << embedded(e.what()));
+  }
   return c;
 }
 
@@ -112,10 +116,6 @@ IndexBlock get_block(Reader& r) {
   b.bytes = r.get<std::uint64_t>();
   b.crc = r.get<std::uint32_t>();
   return b;
-}
-
-[[noreturn]] void io_error(const std::string& what, const std::string& path) {
-  KOPT_THROW_IF_AS(CheckpointError, true, path << ": " << what << ": " << std::strerror(errno));
 }
 
 }  // namespace
@@ -183,7 +183,7 @@ Index parse_index(const std::vector<unsigned char>& bytes, const std::string& fi
                    file << ": not a kopt checkpoint index (bad magic)");
   h.at = 8;
   const auto version = h.get<std::uint32_t>();
-  h.get<std::uint32_t>();
+  const auto flags = h.get<std::uint32_t>();
   const auto body_len = h.get<std::uint64_t>();
   const auto body_crc = h.get<std::uint32_t>();
   const auto head_crc = h.get<std::uint32_t>();
@@ -192,6 +192,8 @@ Index parse_index(const std::vector<unsigned char>& bytes, const std::string& fi
   KOPT_THROW_IF_AS(
       CheckpointError, version != kCheckpointVersion,
       file << ": format version " << version << "; this kopt reads version " << kCheckpointVersion);
+  KOPT_THROW_IF_AS(CheckpointError, flags != 0,
+                   file << ": header flags are " << flags << "; version 1 writes 0");
   KOPT_THROW_IF_AS(CheckpointError, body_len != bytes.size() - kIndexHeaderBytes,
                    file << ": " << bytes.size() - kIndexHeaderBytes << " bytes of metadata, the "
                         << "header says " << body_len << " (truncated file?)");
@@ -201,12 +203,12 @@ Index parse_index(const std::vector<unsigned char>& bytes, const std::string& fi
   Index index;
   index.generation = r.get<std::uint64_t>();
   index.world_size = r.get<std::uint32_t>();
-  index.has_scaler = r.get<std::uint8_t>() != 0;
+  index.has_scaler = r.get_bool("has loss scaler");
   index.scale = r.get<double>();
   index.growth_tracker = r.get<std::int64_t>();
   const auto groups = r.get<std::uint32_t>();
   r.need(std::size_t{groups} * 44);  // the bytes of a config
-  for (std::uint32_t g = 0; g < groups; ++g) index.groups.push_back(get_config(r));
+  for (std::uint32_t g = 0; g < groups; ++g) index.groups.push_back(get_config(r, g));
   const auto params = r.get<std::uint32_t>();
   r.need(std::size_t{params} * 28);  // the fewest bytes of a param (a 1-character name)
   for (std::uint32_t p = 0; p < params; ++p) {
@@ -216,32 +218,19 @@ Index parse_index(const std::vector<unsigned char>& bytes, const std::string& fi
     const auto dtype = r.get<std::uint8_t>();
     q.global_numel = r.get<std::int64_t>();
     q.step = r.get<std::int64_t>();
-    q.has_max = r.get<std::uint8_t>() != 0;
-    q.has_master = r.get<std::uint8_t>() != 0;
-    KOPT_THROW_IF_AS(CheckpointError,
-                     q.group >= groups || dtype > static_cast<std::uint8_t>(DType::f16) ||
-                         q.global_numel < 0 || q.step < 0,
-                     file << ": param '" << q.name << "' has invalid metadata");
+    q.has_max = r.get_bool("param '" + q.name + "' has_max");
+    q.has_master = r.get_bool("param '" + q.name + "' has_master");
+    KOPT_THROW_IF_AS(CheckpointError, dtype > static_cast<std::uint8_t>(DType::f16),
+                     file << ": param '" << q.name << "' has dtype code " << int{dtype});
     q.dtype = static_cast<DType>(dtype);
     index.params.push_back(std::move(q));
   }
   const auto blocks = r.get<std::uint64_t>();
   KOPT_THROW_IF_AS(CheckpointError, blocks > (r.size - r.at) / 44,  // 44 bytes per block
                    file << ": truncated or corrupt metadata (" << blocks << " blocks)");
-  for (std::uint64_t b = 0; b < blocks; ++b) {
-    const IndexBlock k = get_block(r);
-    const bool bad_param = k.param >= index.params.size();
-    const IndexParam* p = bad_param ? nullptr : &index.params[k.param];
-    const std::uint64_t arrays = p ? 2u + p->has_max + p->has_master : 0;
-    KOPT_THROW_IF_AS(CheckpointError,
-                     bad_param || k.length < 0 || k.global_offset < 0 ||
-                         k.global_offset > p->global_numel - k.length ||
-                         k.rank >= index.world_size ||
-                         k.bytes != arrays * 4 * static_cast<std::uint64_t>(k.length),
-                     file << ": data block " << b << " has an invalid range");
-    index.blocks.push_back(k);
-  }
+  for (std::uint64_t b = 0; b < blocks; ++b) index.blocks.push_back(get_block(r));
   KOPT_THROW_IF_AS(CheckpointError, r.at != r.size, file << ": trailing bytes after the metadata");
+  check_index(index, file);
   return index;
 }
 
@@ -295,66 +284,6 @@ void read_floats(const unsigned char* in, float* values, std::size_t n) {
       std::memcpy(values + i, &b, 4);
     }
   }
-}
-
-void set_checkpoint_write_failure_after(std::int64_t bytes) { fail_after = bytes; }
-
-void write_file_atomically(const std::string& path, const std::vector<unsigned char>& bytes) {
-  const std::filesystem::path target(path);
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) io_error("cannot create " + tmp, path);
-  std::size_t done = 0;
-  while (done < bytes.size()) {
-    std::size_t n = std::min<std::size_t>(bytes.size() - done, std::size_t{1} << 24);
-    const std::int64_t budget = fail_after.load();
-    if (budget >= 0 && static_cast<std::int64_t>(n) > budget) {  // test hook: a crash here
-      if (budget > 0) (void)::write(fd, bytes.data() + done, static_cast<std::size_t>(budget));
-      fail_after = 0;
-      ::close(fd);
-      errno = EIO;
-      io_error("write failed (injected)", path);
-    }
-    if (budget >= 0) fail_after = budget - static_cast<std::int64_t>(n);
-    const ssize_t w = ::write(fd, bytes.data() + done, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w < 0) {
-      ::close(fd);
-      io_error("write failed", path);
-    }
-    done += static_cast<std::size_t>(w);
-  }
-  if (::fsync(fd) != 0) {
-    ::close(fd);
-    io_error("fsync failed", path);
-  }
-  if (::close(fd) != 0) io_error("close failed", path);
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) io_error("rename failed", path);
-  const std::string dir = target.has_parent_path() ? target.parent_path().string() : ".";
-  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {  // make the rename itself durable
-    ::fsync(dfd);
-    ::close(dfd);
-  }
-}
-
-std::vector<unsigned char> read_file(const std::string& path) {
-  std::error_code ec;
-  const auto size = std::filesystem::file_size(path, ec);
-  KOPT_THROW_IF_AS(CheckpointError, ec, path << ": cannot read: " << ec.message());
-  return read_file_range(path, 0, size);
-}
-
-std::vector<unsigned char> read_file_range(const std::string& path, std::uint64_t offset,
-                                           std::uint64_t n) {
-  std::ifstream in(path, std::ios::binary);
-  KOPT_THROW_IF_AS(CheckpointError, !in, path << ": cannot open: " << std::strerror(errno));
-  std::vector<unsigned char> out(n);
-  in.seekg(static_cast<std::streamoff>(offset));
-  in.read(reinterpret_cast<char*>(out.data()), static_cast<std::streamsize>(n));
-  KOPT_THROW_IF_AS(CheckpointError, !in || static_cast<std::uint64_t>(in.gcount()) != n,
-                   path << ": truncated (needs bytes " << offset << " to " << offset + n << ")");
-  return out;
 }
 
 }  // namespace kopt::Impl

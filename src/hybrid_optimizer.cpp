@@ -28,8 +28,7 @@ void validate_group_config(const AdamConfig& config, std::size_t g) {
   try {
     config.validate();
   } catch (const InvalidArgument& e) {
-    throw InvalidArgument("kopt::HybridOptimizer: group " + std::to_string(g) + ": " +
-                          Impl::without_kopt_prefix(e.what()));
+    KOPT_THROW_IF(true, "kopt::HybridOptimizer: group " << g << ": " << Impl::embedded(e.what()));
   }
 }
 }  // namespace
@@ -148,6 +147,9 @@ const HybridOptimizer::Placement& HybridOptimizer::find_(const std::string& name
 }
 
 void HybridOptimizer::check_consistent_(const char* call) const {
+  KOPT_THROW_IF_AS(InvalidArgument, !alive_.yes,
+                   "kopt::HybridOptimizer::" << call << ": this optimizer was moved from; it "
+                                             << "holds no params or state");
   KOPT_THROW_IF_AS(InconsistentState, !failed_step_.empty(),
                    "kopt::HybridOptimizer::" << call << ": refused: " << failed_step_
                                              << "; load() a checkpoint to continue");

@@ -35,9 +35,14 @@ void LossScaler::update(bool grads_finite) {
 }
 
 void LossScaler::restore(double scale, std::int64_t growth_tracker) {
-  KOPT_THROW_IF(!(std::isfinite(scale) && scale > 0) || growth_tracker < 0,
-                "kopt::LossScaler::restore(scale = " << scale << ", growth_tracker = "
-                                                     << growth_tracker << "): invalid");
+  // A tracker at or past the growth interval would never meet it again: the scale would
+  // never grow.
+  KOPT_THROW_IF(!(std::isfinite(scale) && scale > 0) || growth_tracker < 0 ||
+                    growth_tracker >= options_.growth_interval,
+                "kopt::LossScaler::restore(scale = "
+                    << scale << ", growth_tracker = " << growth_tracker
+                    << "): invalid (scale must be finite and > 0, growth_tracker in [0, "
+                    << options_.growth_interval << "))");
   scale_ = scale;
   tracker_ = growth_tracker;
 }

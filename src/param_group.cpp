@@ -18,13 +18,18 @@ ParamGroup::ParamGroup(const AdamConfig& config, StatePlacement placement)
 
 ParamGroup& ParamGroup::add(const std::string& name, const Tensor& param, const Tensor& grad) {
   KOPT_THROW_IF(name.empty(), "ParamGroup::add: a parameter needs a non-empty name");
-  const bool taken = std::any_of(params_.begin(), params_.end(),
-                                 [&](const ParamSpec& p) { return p.name == name; });
-  KOPT_THROW_IF(taken, "ParamGroup::add: parameter name '" << name << "' is already in this group");
+  KOPT_THROW_IF(names_.count(name) != 0,
+                "ParamGroup::add: parameter name '" << name << "' is already in this group");
   Impl::check_tensor_fields("ParamGroup::add", name, "param", param);
   if (grad.data != nullptr || grad.numel != 0)
     Impl::check_tensor_fields("ParamGroup::add", name, "grad", grad);
-  params_.push_back(ParamSpec{name, param, grad});
+  names_.insert(name);
+  try {
+    params_.push_back(ParamSpec{name, param, grad});
+  } catch (...) {
+    names_.erase(name);  // unchanged on failure
+    throw;
+  }
   return *this;
 }
 

@@ -46,6 +46,11 @@ void check_tensor_fields(const std::string& owner, const std::string& name, cons
   KOPT_THROW_IF(!is_update_dtype(t.dtype),
                 owner << ": " << what << " of '" << name << "' has dtype " << name_of(t.dtype)
                       << ", which kopt does not update (f32, bf16, f16)");
+  // An unknown space is bad input, not a space this build lacks (NotCompiled).
+  KOPT_THROW_IF(
+      static_cast<unsigned>(t.space) > static_cast<unsigned>(MemorySpace::cuda_host_pinned),
+      owner << ": " << what << " of '" << name << "' has memory space "
+            << static_cast<unsigned>(t.space) << ", which is not a kopt::MemorySpace");
   const auto max_numel =
       static_cast<std::int64_t>(std::numeric_limits<std::int64_t>::max() / size_of(t.dtype));
   KOPT_THROW_IF(t.numel > max_numel, owner << ": " << what << " of '" << name << "' has numel "
@@ -84,6 +89,14 @@ void ParamRegistry::add(const std::string& name, const Tensor& param, const Tens
                                                  << " groups");
   check_tensor_(name, "param", param);
   check_grad_(name, param, grad);
+  // The state buffers hold every param's padded numel: their byte offsets must fit a pointer
+  // offset, checked here, before any offset is computed (numel * 4 fits 63 bits already).
+  constexpr std::int64_t max_elems = std::numeric_limits<std::ptrdiff_t>::max() / 4;
+  const std::int64_t padded = (param.numel + 15) / 16 * 16;
+  KOPT_THROW_IF(padded > max_elems - total_elems_,
+                owner_ << ": parameter '" << name << "' (" << param.numel
+                       << " elements) takes the optimizer state past " << max_elems
+                       << " elements, more than a pointer offset can address");
   ParamEntry entry;
   entry.name = name;
   entry.param = param;
@@ -100,6 +113,7 @@ void ParamRegistry::add(const std::string& name, const Tensor& param, const Tens
   }
   steps_.push_back(0);
   sync_.push_back(1);
+  total_elems_ += padded;
   ++version_;
 }
 
@@ -131,8 +145,7 @@ void ParamRegistry::validate_configs() const {
     try {
       configs_[g].validate();
     } catch (const InvalidArgument& e) {
-      throw InvalidArgument(owner_ + ": group " + std::to_string(g) + ": " +
-                            Impl::without_kopt_prefix(e.what()));
+      KOPT_THROW_IF(true, owner_ << ": group " << g << ": " << Impl::embedded(e.what()));
     }
   }
 }

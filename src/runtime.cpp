@@ -37,7 +37,7 @@ std::string what_of_current() {
   try {
     throw;
   } catch (const std::exception& e) {
-    return without_kopt_prefix(e.what());
+    return embedded(e.what());
   } catch (...) {
     return "an exception that is not a std::exception";
   }

@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
+#include <kopt/impl/checkpoint_format.hpp>
 #include <memory>
 #include <random>
 
@@ -69,6 +71,21 @@ struct CheckpointModel {
     EXPECT_EQ(opt->loss_scale(), other.opt->loss_scale());
   }
 };
+
+// A file's bytes; bytes written as a file (replacing it).
+inline std::vector<unsigned char> read_all(const std::filesystem::path& p) {
+  return kopt::Impl::read_file(p.string());
+}
+inline void write_all(const std::filesystem::path& p, const std::vector<unsigned char>& b) {
+  std::ofstream(p, std::ios::binary | std::ios::trunc)
+      .write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
+}
+// The (first) data file of a checkpoint directory.
+inline std::filesystem::path data_file(const std::filesystem::path& dir) {
+  for (const auto& f : std::filesystem::directory_iterator(dir))
+    if (f.path().filename().string().rfind("data-", 0) == 0) return f.path();
+  return {};
+}
 
 // A fresh directory under the system's temporary one, removed at the end of the scope.
 struct TempDir {

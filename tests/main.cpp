@@ -5,7 +5,13 @@
 #include <cstdlib>
 #include <cstring>
 
+namespace kopt_test {
+int save_loop(const char* dir);  // test_checkpoint_kill.cpp's child: saves until killed
+}
+
 int main(int argc, char** argv) {
+  if (argc == 3 && std::strcmp(argv[1], "--kopt-save-loop") == 0)
+    return kopt_test::save_loop(argv[2]);
   // CTest lists the tests by running this binary; Kokkos must not print into that list.
   for (int i = 1; i < argc; ++i)
     if (std::strcmp(argv[i], "--gtest_list_tests") == 0) {

@@ -121,6 +121,14 @@ TEST_F(BadInput, MemoryTheEngineCannotReach) {
   expect_unchanged();
 }
 
+TEST_F(BadInput, AnUnknownMemorySpaceIsInvalidNotMissing) {
+  const kopt::Tensor odd(other.view.data(), 13, kopt::DType::f32,
+                         static_cast<kopt::MemorySpace>(9));
+  expect_error<kopt::InvalidArgument>([&] { c.opt.add("w", odd, other.tensor()); },
+                                      "memory space 9, which is not a kopt::MemorySpace");
+  expect_unchanged();
+}
+
 TEST(KoptError, MessagesCarryFileNameAndLine) {
   try {
     kopt::AdamConfig{.lr = -2}.validate();

@@ -282,7 +282,8 @@ std::vector<Row> rows() {
        [](O o) { return kopt_rebind(o, "w", memory, KOPT_F32, nullptr, KOPT_F32, 14, KOPT_HOST); }},
       {"rebind other dtype", invalid, "to dtype f16",
        [](O o) { return kopt_rebind(o, "w", memory, KOPT_F16, nullptr, KOPT_F16, 13, KOPT_HOST); }},
-      {"save NULL path", invalid, "name is NULL", [](O o) { return kopt_save(o, nullptr); }},
+      {"save NULL path", invalid, "path is NULL", [](O o) { return kopt_save(o, nullptr); }},
+      {"load NULL path", invalid, "path is NULL", [](O o) { return kopt_load(o, nullptr, 0); }},
       {"save over a file", KOPT_ERROR_CHECKPOINT, "not-a-directory",
        [](O o) {
          TempDir dir;

@@ -71,16 +71,9 @@ TEST(Checkpoint, ResumesBitwiseInAnotherOrderGroupingAndPlacement) {
   });
 }
 
-std::vector<unsigned char> read_all(const fs::path& p) { return kopt::Impl::read_file(p.string()); }
-void write_all(const fs::path& p, const std::vector<unsigned char>& b) {
-  std::ofstream(p, std::ios::binary | std::ios::trunc)
-      .write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
-}
-fs::path data_file(const fs::path& dir) {
-  for (const auto& f : fs::directory_iterator(dir))
-    if (f.path().filename().string().rfind("data-", 0) == 0) return f.path();
-  return {};
-}
+using kopt_test::data_file;
+using kopt_test::read_all;
+using kopt_test::write_all;
 
 TEST(Checkpoint, BadFilesAreRefusedAndChangeNothing) {
   TempDir dir;

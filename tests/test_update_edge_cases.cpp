@@ -172,6 +172,7 @@ void expect_clean(const std::string& message, const std::string& needle) {
   ASSERT_NE(open, std::string::npos);
   EXPECT_EQ(message.find('/', open), std::string::npos);
   EXPECT_NE(message.find(".cpp:", open), std::string::npos);
+  EXPECT_EQ(message.find(".cpp:"), message.rfind(".cpp:")) << "one location tag";
 }
 
 template <class E, class F>

@@ -6,6 +6,11 @@
 
 namespace kopt {
 
+/// The largest step count kopt keeps for a param (2^53: a count t enters the update as a
+/// double, beta^t, exact up to here). step() refuses to go past it, and a checkpoint with
+/// a larger count (or loss-scaler growth tracker) is refused rather than overflowing later.
+inline constexpr std::int64_t max_step_count = std::int64_t{1} << 53;
+
 /// Hyperparameters of Adam (Kingma & Ba) and AdamW (Loshchilov & Hutter), as in
 /// torch.optim.Adam/AdamW. The defaults are torch.optim.AdamW's; for Adam with L2 decay set
 /// `.decoupled = false` and (torch.optim.Adam's default) `.weight_decay = 0`.

@@ -79,11 +79,17 @@ inline std::string error_message(const std::string& msg, const char* file, int l
   return out.str();
 }
 /// `what` without a leading "kopt: ": a caught kopt message embedded in another one (which
-/// has its own prefix) then does not read "kopt: ... kopt: ...".
-inline std::string without_kopt_prefix(const std::string& what) {
-  return what.rfind("kopt: ", 0) == 0 ? what.substr(6) : what;
+/// has its own prefix) then does not read "kopt: ... kopt: ..."...
+inline std::string embedded(const std::string& what) {
+  std::string s = what.rfind("kopt: ", 0) == 0 ? what.substr(6) : what;
+  // ...and without its " [file.cpp:N]": the message it goes into has one tag, its own.
+  const auto open = s.rfind(" [");
+  if (!s.empty() && s.back() == ']' && open != std::string::npos &&
+      s.find(':', open) != std::string::npos)
+    s.erase(open);
+  return s;
 }
-/// The message of the exception being handled, without a leading "kopt: " (call inside a
+/// The message of the exception being handled, as embedded() gives it (call inside a
 /// catch block; the result is embedded in another kopt message).
 std::string what_of_current();
 /// Throws kopt::NotInitialized naming `who` unless Kokkos is initialized (and not finalized).

@@ -121,6 +121,7 @@ class FusedAdam {
 
   void ensure_state_();
   bool plan_current_() const;
+  void build_plan_();  ///< prepare_step()'s: classes, sync tables, slots, scalar sets
   void fill_slots_();
   void build_sync_(const std::vector<std::size_t>& entries);
   FloatView synced_master_(const Impl::ParamEntry& e);

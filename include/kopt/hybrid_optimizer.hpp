@@ -164,6 +164,17 @@ class HybridOptimizer {
   std::unique_ptr<Impl::ShardPlan> shards_;  ///< with ShardingOptions only
   std::vector<std::int64_t> sharded_steps_;  ///< per ordinal, when sharded
   std::string failed_step_;  ///< why the state may be partly updated; empty: it is not
+  /// False in a moved-from optimizer, which refuses step(), save() (it would replace a
+  /// checkpoint with an empty one), load() and reload_model_params().
+  struct Alive {
+    bool yes = true;
+    Alive() = default;
+    Alive(Alive&& o) noexcept : yes(std::exchange(o.yes, false)) {}
+    Alive& operator=(Alive&& o) noexcept {
+      if (this != &o) yes = std::exchange(o.yes, false);
+      return *this;
+    }
+  } alive_;
 };
 
 }  // namespace kopt

@@ -19,6 +19,9 @@ std::uint32_t crc32c(const void* data, std::size_t bytes, std::uint32_t crc = 0)
 
 inline constexpr std::uint32_t kCheckpointVersion = 1;
 inline constexpr char kIndexName[] = "index.kopt";
+/// The first 8 bytes of an index and of a data file.
+inline constexpr char kIndexMagic[8] = {'K', 'O', 'P', 'T', 'I', 'N', 'D', 'X'};
+inline constexpr char kDataMagic[8] = {'K', 'O', 'P', 'T', 'D', 'A', 'T', 'A'};
 
 struct IndexParam {
   std::string name;
@@ -48,13 +51,20 @@ struct Index {
   std::int64_t growth_tracker = 0;
   std::vector<AdamConfig> groups;
   std::vector<IndexParam> params;
-  std::vector<IndexBlock> blocks;
+  std::vector<IndexBlock> blocks;  ///< after parse_index: sorted by (param, global_offset)
+  /// After parse_index: param p's blocks are blocks[first_block[p], first_block[p + 1]).
+  std::vector<std::size_t> first_block;
 };
 
 std::vector<unsigned char> serialize_index(const Index& index);
-/// Parses and checks (magic, version, checksum, every count and range); `file` names the
-/// file in errors.
+/// Parses and checks (magic, version, checksum, every count and range, then check_index);
+/// `file` names the file in errors.
 Index parse_index(const std::vector<unsigned char>& bytes, const std::string& file);
+/// What the content of a well-formed index must satisfy (src/checkpoint_checks.cpp; listed in
+/// docs/checkpoint-format.md): flags and step counts in range, has_master and has_max as the
+/// dtype and the group's amsgrad require, blocks covering every element of every param exactly
+/// once and sharing no bytes. Sorts the blocks and fills first_block. Throws CheckpointError.
+void check_index(Index& index, const std::string& file);
 /// Block descriptors alone (what ranks send rank 0 when saving).
 std::vector<unsigned char> serialize_blocks(const std::vector<IndexBlock>& blocks);
 std::vector<IndexBlock> parse_blocks(const unsigned char* data, std::size_t bytes);
@@ -72,19 +82,43 @@ void check_data_header(const unsigned char* data, std::size_t bytes, std::uint64
 void append_floats(std::vector<unsigned char>& out, const float* values, std::size_t n);
 void read_floats(const unsigned char* in, float* values, std::size_t n);
 
+// Files (src/checkpoint_files.cpp).
+
 /// Writes `bytes` to `path` so that a crash at any point leaves the old file or the new
-/// one: a temporary file in the same directory, fsync, rename over `path`, fsync of the
-/// directory. Throws kopt::CheckpointError.
+/// one: a temporary file `<path>.tmp.<pid>` in the same directory, fsync, rename over `path`,
+/// fsync of the directory. A failure (a full disk, an I/O error) removes the temporary file
+/// and throws kopt::CheckpointError; a crash leaves it for the next save to remove.
 void write_file_atomically(const std::string& path, const std::vector<unsigned char>& bytes);
-/// The whole file; throws kopt::CheckpointError when it cannot be read.
+/// The whole file; throws kopt::CheckpointError when it cannot be read or is not a regular
+/// file (a FIFO, a device, a directory: refused before reading, never waited on).
 std::vector<unsigned char> read_file(const std::string& path);
-/// Bytes [offset, offset + n) of a file.
+/// Bytes [offset, offset + n) of a regular file.
 std::vector<unsigned char> read_file_range(const std::string& path, std::uint64_t offset,
                                            std::uint64_t n);
 
-/// Test hook: the next atomic writes fail (as a crash would: the temporary file is left
-/// partly written, nothing is renamed) once this many more bytes have been written in
-/// total; negative (the default) turns it off.
+/// An exclusive advisory lock (flock) on a checkpoint directory, held by one saver at a
+/// time: a second saver, in this process or another, gets kopt::CheckpointError at once.
+/// Released by the destructor, on every exit path (and by the kernel if the process dies).
+class DirectoryLock {
+ public:
+  explicit DirectoryLock(const std::string& dir);
+  ~DirectoryLock();
+  DirectoryLock(const DirectoryLock&) = delete;
+  DirectoryLock& operator=(const DirectoryLock&) = delete;
+
+ private:
+  int fd_ = -1;
+};
+
+/// Removes from `dir` what earlier saves of this format left and the index of generation
+/// `keep` no longer names, and nothing else: data files `data-<16 hex>-r<rank>.kopt` of
+/// another generation whose header says they are that generation's and rank's, and
+/// temporaries `index.kopt.tmp.<pid>` / `data-...kopt.tmp.<pid>` whose first bytes are the
+/// format's magic (or that are empty). A user's file never matches all of that.
+void remove_stale_files(const std::string& dir, std::uint64_t keep);
+
+/// Test hook: the next atomic writes fail with an I/O error once this many more bytes have
+/// been written in total; negative (the default) turns it off.
 void set_checkpoint_write_failure_after(std::int64_t bytes);
 
 }  // namespace kopt::Impl

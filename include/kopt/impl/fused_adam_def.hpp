@@ -223,7 +223,16 @@ void FusedAdam<ExecSpace>::build_classes_(const std::vector<int>& signature,
 template <class ExecSpace>
 void FusedAdam<ExecSpace>::prepare_step() {
   ensure_state_();
-  if (plan_current_()) return;
+  if (!plan_current_()) build_plan_();
+  // Refused here, before any engine of an optimizer launches anything: no step overflows.
+  for (const ScalarSet& set : sets_)
+    KOPT_THROW_IF(set.step >= max_step_count,
+                  label_ << ": step(): params of group " << set.group << " have completed "
+                         << set.step << " steps, the most kopt counts (kopt::max_step_count)");
+}
+
+template <class ExecSpace>
+void FusedAdam<ExecSpace>::build_plan_() {
   planned_ = false;  // until every table below is built
   // Which kernel class each param falls in this step (0: no grad, skipped).
   std::vector<int>& signature = next_signature_;  // members: no host allocation per step
@@ -336,6 +345,9 @@ void FusedAdam<ExecSpace>::set_state(const std::string& name, std::int64_t step,
                                      const float* exp_avg, const float* exp_avg_sq,
                                      const float* max_exp_avg_sq, const float* master) {
   const std::size_t i = registry_.index_of(name);
+  KOPT_THROW_IF(step < 0 || step > max_step_count,
+                label_ << ": set_state('" << name << "'): step count " << step
+                       << " is outside [0, kopt::max_step_count]");
   ensure_state_();
   const Impl::ParamEntry& e = registry_[i];
   const auto n = static_cast<std::size_t>(e.param.numel);

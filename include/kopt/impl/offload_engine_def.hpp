@@ -167,6 +167,12 @@ void OffloadEngine<DeviceExec, StateMem>::build_batches_(const std::vector<std::
 template <class DeviceExec, class StateMem>
 void OffloadEngine<DeviceExec, StateMem>::plan_() {
   ensure_state_();
+  // Refused here, before any engine of an optimizer launches anything: no step overflows.
+  for (std::size_t i = 0; i < registry_.size(); ++i)
+    KOPT_THROW_IF(registry_[i].grad.data != nullptr && registry_.step(i) >= max_step_count,
+                  label_ << ": step(): '" << registry_[i].name << "' has completed "
+                         << registry_.step(i)
+                         << " steps, the most kopt counts (kopt::max_step_count)");
   std::vector<int>& signature = next_signature_;
   std::vector<ClassKey> keys;
   signature.assign(registry_.size(), 0);
@@ -410,6 +416,9 @@ template <class DeviceExec, class StateMem>
 void OffloadEngine<DeviceExec, StateMem>::set_state(const std::string& name,
                                                     const HostParamState& in) {
   const std::size_t i = registry_.index_of(name);
+  KOPT_THROW_IF(in.step < 0 || in.step > max_step_count,
+                label_ << ": set_state('" << name << "'): step count " << in.step
+                       << " is outside [0, kopt::max_step_count]");
   ensure_state_();
   const ParamEntry& e = registry_[i];
   const auto n = static_cast<std::size_t>(e.param.numel);

@@ -106,6 +106,7 @@ class ParamRegistry {
   std::size_t laid_out_ = 0;
   std::size_t first_new_ = 0;
   std::uint64_t version_ = 0;
+  std::int64_t total_elems_ = 0;  ///< padded numel of every entry, laid out or not
 };
 
 }  // namespace kopt::Impl

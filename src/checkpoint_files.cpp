@@ -1,0 +1,221 @@
+// The checkpoint's files: atomic writes that clean up after themselves, reads that refuse
+// anything but a regular file, the saver's directory lock, and the clean-up of what earlier
+// saves left (only files this format wrote, recognised exactly).
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cctype>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <kopt/error.hpp>
+#include <kopt/impl/checkpoint_format.hpp>
+#include <string_view>
+
+namespace kopt::Impl {
+
+namespace {
+namespace fs = std::filesystem;
+
+std::atomic<std::int64_t> fail_after{-1};
+
+[[noreturn]] void io_error(const std::string& what, const std::string& path, int err) {
+  KOPT_THROW_IF_AS(CheckpointError, true, path << ": " << what << ": " << std::strerror(err));
+}
+
+// A file descriptor closed on every exit path.
+struct Fd {
+  int fd = -1;
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+// Opens `path` for reading, refusing before any read what is not a regular file (O_NONBLOCK:
+// opening a FIFO does not wait for a writer).
+void open_regular(const std::string& path, Fd& f) {
+  f.fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (f.fd < 0) io_error("cannot open", path, errno);
+  struct stat st {};
+  if (::fstat(f.fd, &st) != 0) io_error("cannot stat", path, errno);
+  KOPT_THROW_IF_AS(CheckpointError, !S_ISREG(st.st_mode),
+                   path << ": not a regular file (a FIFO, device or directory?); a checkpoint "
+                        << "holds regular files only");
+}
+
+// Reads n bytes at `offset`; throws on a short file.
+void read_at(const Fd& f, const std::string& path, unsigned char* out, std::uint64_t offset,
+             std::uint64_t n) {
+  std::uint64_t done = 0;
+  while (done < n) {
+    const ssize_t r = ::pread(f.fd, out + done, static_cast<std::size_t>(n - done),
+                              static_cast<off_t>(offset + done));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) io_error("read failed", path, errno);
+    KOPT_THROW_IF_AS(CheckpointError, r == 0,
+                     path << ": truncated (needs bytes " << offset << " to " << offset + n << ")");
+    done += static_cast<std::uint64_t>(r);
+  }
+}
+
+bool all_of(std::string_view s, int (*pred)(int)) {
+  for (const char c : s)
+    if (!pred(static_cast<unsigned char>(c))) return false;
+  return !s.empty();
+}
+
+// "data-<16 lowercase hex>-r<decimal>.kopt" -> generation and rank; false otherwise.
+bool parse_data_name(std::string_view name, std::uint64_t& generation, std::uint32_t& rank) {
+  if (name.size() < 29 || name.substr(0, 5) != "data-" || name.substr(21, 2) != "-r" ||
+      name.substr(name.size() - 5) != ".kopt")
+    return false;
+  const std::string_view hex = name.substr(5, 16), digits = name.substr(23, name.size() - 28);
+  for (const char c : hex)
+    if (!std::isxdigit(static_cast<unsigned char>(c)) ||
+        std::isupper(static_cast<unsigned char>(c)))
+      return false;
+  if (!all_of(digits, ::isdigit) || digits.size() > 9) return false;
+  generation = std::stoull(std::string(hex), nullptr, 16);
+  rank = static_cast<std::uint32_t>(std::stoul(std::string(digits)));
+  return data_file_name(generation, rank) == name;  // canonical: no leading zeros
+}
+
+// The first `n` bytes of a regular file (fewer if it is shorter); empty if unreadable.
+std::vector<unsigned char> head_of(const fs::path& file, std::size_t n) {
+  Fd f;
+  try {
+    open_regular(file.string(), f);
+  } catch (const CheckpointError&) {
+    return {};
+  }
+  std::vector<unsigned char> out(n);
+  const ssize_t r = ::pread(f.fd, out.data(), n, 0);
+  out.resize(r > 0 ? static_cast<std::size_t>(r) : 0);
+  return out;
+}
+
+// Whether `file` (named `name`) is something an earlier save left that generation `keep`
+// does not name.
+bool is_stale(const fs::path& file, std::string_view name, std::uint64_t keep) {
+  std::error_code ec;
+  if (!fs::is_regular_file(fs::symlink_status(file, ec))) return false;
+  std::uint64_t generation = 0;
+  std::uint32_t rank = 0;
+  const auto tmp = name.rfind(".tmp.");
+  if (tmp == std::string_view::npos) {
+    if (!parse_data_name(name, generation, rank) || generation == keep) return false;
+    const std::vector<unsigned char> head = head_of(file, kDataHeaderBytes);
+    return head == data_file_header(generation, rank);
+  }
+  const std::string_view base = name.substr(0, tmp), pid = name.substr(tmp + 5);
+  if (!all_of(pid, ::isdigit)) return false;
+  const bool index = base == kIndexName;
+  if (!index && !parse_data_name(base, generation, rank)) return false;
+  const char* magic = index ? kIndexMagic : kDataMagic;
+  const std::vector<unsigned char> head = head_of(file, 8);
+  // A torn write holds a prefix of the magic (or nothing).
+  return head.empty() || std::memcmp(head.data(), magic, head.size()) == 0;
+}
+
+}  // namespace
+
+void set_checkpoint_write_failure_after(std::int64_t bytes) { fail_after = bytes; }
+
+void write_file_atomically(const std::string& path, const std::vector<unsigned char>& bytes) {
+  const fs::path target(path);
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  Fd f;
+  f.fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (f.fd < 0) io_error("cannot create " + tmp, path, errno);
+  // Any failure from here on removes the temporary file: a full disk must not stay full of
+  // our leftovers, or every retry fails too.
+  const auto fail = [&](const std::string& what, int err) {
+    ::close(f.fd);
+    f.fd = -1;
+    ::unlink(tmp.c_str());
+    io_error(what, path, err);
+  };
+  std::size_t done = 0;
+  while (done < bytes.size()) {
+    std::size_t n = std::min<std::size_t>(bytes.size() - done, std::size_t{1} << 24);
+    const std::int64_t budget = fail_after.load();
+    if (budget >= 0 && static_cast<std::int64_t>(n) > budget) {  // test hook: an I/O error
+      if (budget > 0) (void)::write(f.fd, bytes.data() + done, static_cast<std::size_t>(budget));
+      fail_after = 0;
+      fail("write failed (injected)", EIO);
+    }
+    if (budget >= 0) fail_after = budget - static_cast<std::int64_t>(n);
+    const ssize_t w = ::write(f.fd, bytes.data() + done, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0) fail("write failed", errno);
+    done += static_cast<std::size_t>(w);
+  }
+  if (::fsync(f.fd) != 0) fail("fsync failed", errno);
+  const int closed = ::close(f.fd);
+  f.fd = -1;
+  if (closed != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    io_error("close failed", path, err);
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    io_error("rename failed", path, err);
+  }
+  const std::string dir = target.has_parent_path() ? target.parent_path().string() : ".";
+  Fd d;
+  d.fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (d.fd >= 0) ::fsync(d.fd);  // make the rename itself durable
+}
+
+std::vector<unsigned char> read_file(const std::string& path) {
+  Fd f;
+  open_regular(path, f);
+  struct stat st {};
+  if (::fstat(f.fd, &st) != 0) io_error("cannot stat", path, errno);
+  std::vector<unsigned char> out(static_cast<std::size_t>(st.st_size));
+  read_at(f, path, out.data(), 0, out.size());
+  return out;
+}
+
+std::vector<unsigned char> read_file_range(const std::string& path, std::uint64_t offset,
+                                           std::uint64_t n) {
+  Fd f;
+  open_regular(path, f);
+  std::vector<unsigned char> out(n);
+  read_at(f, path, out.data(), offset, n);
+  return out;
+}
+
+DirectoryLock::DirectoryLock(const std::string& dir) {
+  fd_ = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd_ < 0) io_error("cannot open the checkpoint directory", dir, errno);
+  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    ::close(fd_);
+    fd_ = -1;
+    KOPT_THROW_IF_AS(CheckpointError, err == EWOULDBLOCK,
+                     dir << ": another save into this directory is running (its lock is held); "
+                         << "two runs must not share a checkpoint path");
+    io_error("cannot lock the checkpoint directory", dir, err);
+  }
+}
+
+DirectoryLock::~DirectoryLock() {
+  if (fd_ >= 0) ::close(fd_);  // releases the flock
+}
+
+void remove_stale_files(const std::string& dir, std::uint64_t keep) {
+  std::error_code ec;
+  for (const auto& f : fs::directory_iterator(dir, ec)) {
+    const std::string name = f.path().filename().string();
+    if (is_stale(f.path(), name, keep)) fs::remove(f.path(), ec);
+  }
+}
+
+}  // namespace kopt::Impl
