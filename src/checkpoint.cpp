@@ -9,6 +9,7 @@
 #include <kopt/impl/shard_plan.hpp>
 #include <limits>
 #include <map>
+#include <memory>
 #include <optional>
 #include <random>
 #include <unordered_map>
@@ -181,20 +182,21 @@ namespace {
 struct BlockReader {
   std::string dir;
   const Impl::Index& index;
-  std::map<std::uint32_t, bool> checked_header;
+  std::map<std::uint32_t, std::unique_ptr<Impl::ReadOnlyFile>> files;  // by rank, header checked
 
   std::vector<unsigned char> read(const Impl::IndexBlock& b) {
-    const std::string file =
-        (fs::path(dir) / Impl::data_file_name(index.generation, b.rank)).string();
-    if (!checked_header[b.rank]) {
-      const auto head = Impl::read_file_range(file, 0, Impl::kDataHeaderBytes);
-      Impl::check_data_header(head.data(), head.size(), index.generation, b.rank, file);
-      checked_header[b.rank] = true;
+    auto& file = files[b.rank];
+    if (!file) {
+      auto opened = std::make_unique<Impl::ReadOnlyFile>(
+          (fs::path(dir) / Impl::data_file_name(index.generation, b.rank)).string());
+      const auto head = opened->read(0, Impl::kDataHeaderBytes);
+      Impl::check_data_header(head.data(), head.size(), index.generation, b.rank, opened->path());
+      file = std::move(opened);
     }
-    auto bytes = Impl::read_file_range(file, b.file_offset, b.bytes);
+    auto bytes = file->read(b.file_offset, b.bytes);
     KOPT_THROW_IF_AS(CheckpointError, Impl::crc32c(bytes.data(), bytes.size()) != b.crc,
-                     file << ": checksum mismatch in the data of '" << index.params[b.param].name
-                          << "' (corrupt file)");
+                     file->path() << ": checksum mismatch in the data of '"
+                                  << index.params[b.param].name << "' (corrupt file)");
     return bytes;
   }
 

@@ -15,6 +15,7 @@
 #include <kopt/error.hpp>
 #include <kopt/impl/checkpoint_format.hpp>
 #include <string_view>
+#include <utility>
 
 namespace kopt::Impl {
 
@@ -48,11 +49,11 @@ void open_regular(const std::string& path, Fd& f) {
 }
 
 // Reads n bytes at `offset`; throws on a short file.
-void read_at(const Fd& f, const std::string& path, unsigned char* out, std::uint64_t offset,
+void read_at(int fd, const std::string& path, unsigned char* out, std::uint64_t offset,
              std::uint64_t n) {
   std::uint64_t done = 0;
   while (done < n) {
-    const ssize_t r = ::pread(f.fd, out + done, static_cast<std::size_t>(n - done),
+    const ssize_t r = ::pread(fd, out + done, static_cast<std::size_t>(n - done),
                               static_cast<off_t>(offset + done));
     if (r < 0 && errno == EINTR) continue;
     if (r < 0) io_error("read failed", path, errno);
@@ -179,16 +180,28 @@ std::vector<unsigned char> read_file(const std::string& path) {
   struct stat st {};
   if (::fstat(f.fd, &st) != 0) io_error("cannot stat", path, errno);
   std::vector<unsigned char> out(static_cast<std::size_t>(st.st_size));
-  read_at(f, path, out.data(), 0, out.size());
+  read_at(f.fd, path, out.data(), 0, out.size());
   return out;
 }
 
 std::vector<unsigned char> read_file_range(const std::string& path, std::uint64_t offset,
                                            std::uint64_t n) {
+  return ReadOnlyFile(path).read(offset, n);
+}
+
+ReadOnlyFile::ReadOnlyFile(const std::string& path) : path_(path) {
   Fd f;
   open_regular(path, f);
+  fd_ = std::exchange(f.fd, -1);
+}
+
+ReadOnlyFile::~ReadOnlyFile() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+std::vector<unsigned char> ReadOnlyFile::read(std::uint64_t offset, std::uint64_t n) const {
   std::vector<unsigned char> out(n);
-  read_at(f, path, out.data(), offset, n);
+  read_at(fd_, path_, out.data(), offset, n);
   return out;
 }
 

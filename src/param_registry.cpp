@@ -102,8 +102,10 @@ void ParamRegistry::add(const std::string& name, const Tensor& param, const Tens
   entry.param = param;
   entry.grad = grad;
   entry.group = group;
-  steps_.reserve(entries_.size() + 1);  // the only steps that may throw come first
-  sync_.reserve(entries_.size() + 1);
+  // The only steps that may throw come first; capacity doubles (reserve(size + 1) would
+  // copy the arrays at every add: quadratic in the number of params).
+  if (steps_.size() == steps_.capacity()) steps_.reserve(2 * steps_.size() + 16);
+  if (sync_.size() == sync_.capacity()) sync_.reserve(2 * sync_.size() + 16);
   entries_.push_back(std::move(entry));
   try {
     index_.emplace(name, entries_.size() - 1);

@@ -95,6 +95,22 @@ std::vector<unsigned char> read_file(const std::string& path);
 /// Bytes [offset, offset + n) of a regular file.
 std::vector<unsigned char> read_file_range(const std::string& path, std::uint64_t offset,
                                            std::uint64_t n);
+/// A regular file held open for reading (refused as read_file refuses): a load reads each
+/// rank's data file through one of these, not one open per block.
+class ReadOnlyFile {
+ public:
+  explicit ReadOnlyFile(const std::string& path);
+  ~ReadOnlyFile();
+  ReadOnlyFile(const ReadOnlyFile&) = delete;
+  ReadOnlyFile& operator=(const ReadOnlyFile&) = delete;
+  /// Bytes [offset, offset + n); throws CheckpointError on a short file.
+  std::vector<unsigned char> read(std::uint64_t offset, std::uint64_t n) const;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+};
 
 /// An exclusive advisory lock (flock) on a checkpoint directory, held by one saver at a
 /// time: a second saver, in this process or another, gets kopt::CheckpointError at once.
