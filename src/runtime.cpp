@@ -48,6 +48,17 @@ void require_kokkos(const char* who) {
                    who << ": Kokkos is not initialized (or was already finalized): initialize it "
                        << "first (Kokkos::initialize, Kokkos::ScopeGuard or kopt_initialize) and "
                        << "destroy kopt objects before finalizing it");
+#if defined(KOKKOS_ENABLE_OPENMP) && KOKKOS_VERSION < 40000
+  // Kokkos 3's OpenMP backend keeps its thread pool behind a thread-local pointer set on the
+  // thread that initialized Kokkos: from any other thread it refuses to initialize a View
+  // (the first step's allocations threw Kokkos' "uninitialized execution space") and runs
+  // every kernel on one thread (later steps "worked", at a fraction of the speed). Refused
+  // up front instead, before anything changes.
+  KOPT_THROW_IF_AS(NotInitialized, !Kokkos::OpenMP::impl_is_initialized(),
+                   who << ": called from a thread other than the one that initialized Kokkos "
+                       << "(or from inside an OpenMP parallel region); with Kokkos 3's OpenMP "
+                       << "backend, call kopt from the thread that initialized Kokkos");
+#endif
 }
 
 }  // namespace kopt::Impl
