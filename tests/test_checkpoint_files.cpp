@@ -39,6 +39,19 @@ void expect_loads(CheckpointModel& weights, const fs::path& dir, std::int64_t st
   EXPECT_EQ(b.opt->step_count("p0"), steps);
 }
 
+// A model saved after one step (`weights`: its weights then), then trained one step more.
+struct SavedOnce {
+  TempDir dir;
+  fs::path ckpt = dir.path / "ckpt";
+  CheckpointModel a = model(), weights = model();
+  SavedOnce() {
+    a.train(0, 1);
+    a.opt->save(ckpt.string());
+    weights.copy_params_from(a);
+    a.train(1, 1);
+  }
+};
+
 TEST(CheckpointFiles, SaveRemovesOnlyWhatThisFormatWrote) {
   TempDir dir;
   const fs::path ckpt = dir.path / "ckpt";
@@ -82,15 +95,9 @@ TEST(CheckpointFiles, SaveRemovesOnlyWhatThisFormatWrote) {
 // would: the save fails, its temporaries and data file are gone, the previous checkpoint
 // loads, and a retry after space is freed succeeds.
 TEST(CheckpointFiles, ASaveOnAFullDiskRemovesWhatItWroteAndARetrySucceeds) {
-  TempDir dir;
-  const fs::path ckpt = dir.path / "ckpt";
-  CheckpointModel a = model();
-  a.train(0, 1);
-  a.opt->save(ckpt.string());
+  SavedOnce saved;
+  auto& [dir, ckpt, a, weights] = saved;
   const std::set<std::string> before = names_in(ckpt);
-  CheckpointModel weights = model();
-  weights.copy_params_from(a);
-  a.train(1, 1);
   rlimit old{};
   ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &old), 0);
   const auto handler = std::signal(SIGXFSZ, SIG_IGN);
@@ -110,14 +117,8 @@ TEST(CheckpointFiles, ASaveOnAFullDiskRemovesWhatItWroteAndARetrySucceeds) {
 }
 
 TEST(CheckpointFiles, ASecondConcurrentSaverIsRefusedAndTheLockIsReleased) {
-  TempDir dir;
-  const fs::path ckpt = dir.path / "ckpt";
-  CheckpointModel a = model();
-  a.train(0, 1);
-  a.opt->save(ckpt.string());
-  CheckpointModel weights = model();
-  weights.copy_params_from(a);
-  a.train(1, 1);
+  SavedOnce saved;
+  auto& [dir, ckpt, a, weights] = saved;
   {
     const kopt::Impl::DirectoryLock other_saver(ckpt.string());  // another job, mid-save
     try {
@@ -138,11 +139,8 @@ TEST(CheckpointFiles, ASecondConcurrentSaverIsRefusedAndTheLockIsReleased) {
 }
 
 TEST(CheckpointFiles, AFifoOrDirectoryInPlaceOfAFileIsRefusedWithoutWaiting) {
-  TempDir dir;
-  const fs::path ckpt = dir.path / "ckpt";
-  CheckpointModel a = model();
-  a.train(0, 1);
-  a.opt->save(ckpt.string());
+  SavedOnce saved;
+  auto& [dir, ckpt, a, weights] = saved;
   CheckpointModel victim = model();
   for (const bool index : {false, true}) {
     SCOPED_TRACE(index ? "index" : "data file");
@@ -168,11 +166,8 @@ TEST(CheckpointFiles, AFifoOrDirectoryInPlaceOfAFileIsRefusedWithoutWaiting) {
 }
 
 TEST(CheckpointFiles, AMovedFromOptimizerDoesNotReplaceACheckpoint) {
-  TempDir dir;
-  const fs::path ckpt = dir.path / "ckpt";
-  CheckpointModel a = model();
-  a.train(0, 1);
-  a.opt->save(ckpt.string());
+  SavedOnce saved;
+  auto& [dir, ckpt, a, weights] = saved;
   kopt::HybridOptimizer moved = std::move(*a.opt);
   try {
     a.opt->save(ckpt.string());
@@ -182,9 +177,9 @@ TEST(CheckpointFiles, AMovedFromOptimizerDoesNotReplaceACheckpoint) {
   }
   EXPECT_THROW(a.opt->load(ckpt.string()), kopt::InvalidArgument);
   EXPECT_THROW(a.opt->step(), kopt::InvalidArgument);
-  expect_loads(a, ckpt, 1);
-  moved.save(ckpt.string());  // the optimizer it moved into saves as before
-  expect_loads(a, ckpt, 1);
+  expect_loads(weights, ckpt, 1);
+  moved.save(ckpt.string());  // the optimizer it moved into saves as before (2 steps)
+  expect_loads(a, ckpt, 2);
 }
 
 }  // namespace
