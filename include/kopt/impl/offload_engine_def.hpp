@@ -402,8 +402,8 @@ void OffloadEngine<DeviceExec, StateMem>::get_state(const std::string& name, Hos
     out.master.clear();
   } else {
     get(master_, out.master);
-    if (registry_.sync_master(
-            i)) {  // what the next update would start from, the engine's left as is
+    // What the next update would start from; the engine's own is left as it is.
+    if (registry_.sync_master(i)) {
       std::vector<unsigned char> param(n * size_of(e.param.dtype));
       copy_bytes(param.data(), MemorySpace::host, e.param.data, e.param.space, param.size());
       sync_span_(e.param.dtype, param.data(), out.master.data(), out.master.data(), e.param.numel);
