@@ -167,18 +167,16 @@ void OffloadEngine<DeviceExec, StateMem>::build_batches_(const std::vector<std::
 template <class DeviceExec, class StateMem>
 void OffloadEngine<DeviceExec, StateMem>::plan_() {
   ensure_state_();
-  // Refused here, before any engine of an optimizer launches anything: no step overflows.
-  for (std::size_t i = 0; i < registry_.size(); ++i)
-    KOPT_THROW_IF(registry_[i].grad.data != nullptr && registry_.step(i) >= max_step_count,
-                  label_ << ": step(): '" << registry_[i].name << "' has completed "
-                         << registry_.step(i)
-                         << " steps, the most kopt counts (kopt::max_step_count)");
   std::vector<int>& signature = next_signature_;
   std::vector<ClassKey> keys;
   signature.assign(registry_.size(), 0);
   for (std::size_t i = 0; i < registry_.size(); ++i) {
     const ParamEntry& e = registry_[i];
     if (e.grad.data == nullptr) continue;
+    // Refused here, before any engine of an optimizer launches anything: no step overflows.
+    KOPT_THROW_IF(registry_.step(i) >= max_step_count,
+                  label_ << ": step(): '" << e.name << "' has completed " << registry_.step(i)
+                         << " steps, the most kopt counts (kopt::max_step_count)");
     const ClassKey key{e.param.dtype, e.grad.dtype, registry_.config(e.group).amsgrad};
     const auto it = std::find(keys.begin(), keys.end(), key);
     signature[i] = static_cast<int>(it - keys.begin()) + 1;
