@@ -4,7 +4,7 @@
 #include <filesystem>
 #include <kopt/error.hpp>
 #include <kopt/hybrid_optimizer.hpp>
-#include <kopt/impl/checkpoint_format.hpp>
+#include <kopt/impl/checkpoint_stream.hpp>
 #include <kopt/impl/engine.hpp>
 #include <kopt/impl/shard_plan.hpp>
 #include <limits>
@@ -93,13 +93,12 @@ void HybridOptimizer::save(const std::string& path) {
   index.has_scaler = scaler_.has_value();
   index.scale = loss_scale();
   index.growth_tracker = scaler_ ? scaler_->growth_tracker() : 0;
-  std::vector<unsigned char> data = Impl::data_file_header(generation, rank);
   std::vector<Impl::IndexBlock> blocks;
-  Impl::HostParamState state;
   const std::string data_file = (fs::path(path) / Impl::data_file_name(generation, rank)).string();
   bool wrote_data = false;
   try {
     for (std::size_t g = 0; g < groups_.size(); ++g) index.groups.push_back(groups_[g].config());
+    Impl::StateWriter writer(data_file, generation, rank);
     for (std::size_t g = 0; g < groups_.size(); ++g)
       for (const ParamSpec& p : groups_[g].params()) {
         const Placement& at = find_(p.name);
@@ -110,31 +109,20 @@ void HybridOptimizer::save(const std::string& path) {
                                                 step_count(p.name), has_max, has_master});
         if (at.engine == kNone) continue;
         const Tensor piece = shards_ ? shards_->local_param(at.ordinal) : p.param;
-        engines_[at.engine]->get_state(p.name, state);
-        const std::size_t first = data.size();
-        const auto n = static_cast<std::size_t>(piece.numel);
-        // An array the engine does not keep yet (amsgrad switched on since the last step)
-        // is saved as the zeros it would start from.
-        const auto append = [&](const std::vector<float>& v) {
-          if (v.size() == n)
-            Impl::append_floats(data, v.data(), n);
-          else
-            data.resize(data.size() + 4 * n, 0);
-        };
-        append(state.exp_avg);
-        append(state.exp_avg_sq);
-        if (has_max) append(state.max_exp_avg_sq);
-        if (has_master) append(state.master);
-        blocks.push_back(Impl::IndexBlock{static_cast<std::uint32_t>(index.params.size() - 1),
-                                          piece.global_offset, piece.numel, rank, first,
-                                          data.size() - first,
-                                          Impl::crc32c(data.data() + first, data.size() - first)});
+        Impl::IndexBlock block{static_cast<std::uint32_t>(index.params.size() - 1),
+                               piece.global_offset, piece.numel, rank};
+        // Streamed from the engine a span at a time (an array it does not keep yet, the
+        // amsgrad max switched on since the last step, reads as the zeros it would start
+        // from).
+        writer.append(*engines_[at.engine], p.name, piece.numel,
+                      Impl::block_arrays(has_max, has_master), block);
+        blocks.push_back(block);
       }
-    Impl::write_file_atomically(data_file, data);
+    writer.commit();
     wrote_data = true;
   } catch (const std::bad_alloc&) {
-    error = what + ": out of host memory building rank " + std::to_string(rank) + "'s data file (" +
-            std::to_string(data.size()) + " bytes so far)";
+    error = what + ": out of host memory saving rank " + std::to_string(rank) + "'s state (" +
+            std::to_string(blocks.size()) + " blocks written)";
   } catch (const std::exception& e) {
     error = e.what();
   }
@@ -176,64 +164,6 @@ void HybridOptimizer::save(const std::string& path) {
   if (rank == 0) Impl::remove_stale_files(path, generation);
 }
 
-namespace {
-// The state of elements [offset, offset + n) of one param, assembled from the blocks that
-// cover them (written at any world size); each block is read whole and its checksum checked.
-struct BlockReader {
-  std::string dir;
-  const Impl::Index& index;
-  std::map<std::uint32_t, std::unique_ptr<Impl::ReadOnlyFile>> files;  // by rank, header checked
-
-  std::vector<unsigned char> read(const Impl::IndexBlock& b) {
-    auto& file = files[b.rank];
-    if (!file) {
-      auto opened = std::make_unique<Impl::ReadOnlyFile>(
-          (fs::path(dir) / Impl::data_file_name(index.generation, b.rank)).string());
-      const auto head = opened->read(0, Impl::kDataHeaderBytes);
-      Impl::check_data_header(head.data(), head.size(), index.generation, b.rank, opened->path());
-      file = std::move(opened);
-    }
-    auto bytes = file->read(b.file_offset, b.bytes);
-    KOPT_THROW_IF_AS(CheckpointError, Impl::crc32c(bytes.data(), bytes.size()) != b.crc,
-                     file->path() << ": checksum mismatch in the data of '"
-                                  << index.params[b.param].name << "' (corrupt file)");
-    return bytes;
-  }
-
-  void assemble(std::uint32_t param, std::int64_t offset, std::int64_t n,
-                Impl::HostParamState& out) {
-    const Impl::IndexParam& p = index.params[param];
-    const auto count = static_cast<std::size_t>(n);
-    for (auto* v : {&out.exp_avg, &out.exp_avg_sq}) v->assign(count, 0.0f);
-    out.max_exp_avg_sq.assign(p.has_max ? count : 0, 0.0f);
-    out.master.assign(p.has_master ? count : 0, 0.0f);
-    out.step = p.step;
-    std::int64_t covered = 0;
-    for (std::size_t k = index.first_block[param]; k < index.first_block[param + 1]; ++k) {
-      const Impl::IndexBlock& b = index.blocks[k];  // this param's, by offset
-      const std::int64_t lo = std::max(offset, b.global_offset);
-      const std::int64_t hi = std::min(offset + n, b.global_offset + b.length);
-      if (lo >= hi) continue;
-      const std::vector<unsigned char> bytes = read(b);
-      const auto len = static_cast<std::size_t>(b.length);
-      const auto skip = static_cast<std::size_t>(lo - b.global_offset) * 4;
-      std::size_t array = 0;
-      for (auto* v : {&out.exp_avg, &out.exp_avg_sq, &out.max_exp_avg_sq, &out.master}) {
-        if (v->empty()) continue;
-        Impl::read_floats(bytes.data() + array * len * 4 + skip,
-                          v->data() + static_cast<std::size_t>(lo - offset),
-                          static_cast<std::size_t>(hi - lo));
-        ++array;
-      }
-      covered += hi - lo;
-    }
-    KOPT_THROW_IF_AS(CheckpointError, covered != n,
-                     dir << ": the state of '" << p.name << "' elements " << offset << " to "
-                         << offset + n << " is not (exactly once) in the checkpoint");
-  }
-};
-}  // namespace
-
 void HybridOptimizer::load(const std::string& path, const LoadOptions& options) {
   Impl::require_kokkos("kopt::HybridOptimizer::load");
   KOPT_THROW_IF_AS(InvalidArgument, !alive_.yes,
@@ -243,9 +173,17 @@ void HybridOptimizer::load(const std::string& path, const LoadOptions& options) 
   const std::string index_file = (fs::path(path) / Impl::kIndexName).string();
   std::vector<AdamConfig> configs(groups_.size());
   std::vector<bool> config_found(groups_.size(), false);
-  std::vector<std::int64_t> steps(where_.size(), -1);                // -1: not in the file
-  std::vector<std::pair<std::size_t, Impl::HostParamState>> states;  // by ordinal
+  std::vector<std::int64_t> steps(where_.size(), -1);  // -1: not in the file
+  // The local pieces to read, checked now and applied once every rank checked its own.
+  struct Piece {
+    std::uint32_t in_file;
+    std::int64_t offset, numel;
+    std::size_t engine;
+    const std::string* name;
+  };
+  std::vector<Piece> pieces;
   Impl::Index index;
+  Impl::StateReader reader(path, index);  // holds the data files open until applied
   std::string error, reading = "the index";
   try {
     index = Impl::parse_index(Impl::read_file(index_file), index_file);
@@ -254,7 +192,6 @@ void HybridOptimizer::load(const std::string& path, const LoadOptions& options) 
     for (std::uint32_t i = 0; i < index.params.size(); ++i)
       in_file.emplace(index.params[i].name, i);
     std::size_t known = 0;
-    BlockReader reader{path, index, {}};
     for (std::size_t g = 0; g < groups_.size(); ++g)
       for (const ParamSpec& p : groups_[g].params()) {
         const Placement& at = find_(p.name);
@@ -281,9 +218,9 @@ void HybridOptimizer::load(const std::string& path, const LoadOptions& options) 
         steps[at.ordinal] = q.step;
         if (at.engine == kNone) continue;
         const Tensor piece = shards_ ? shards_->local_param(at.ordinal) : p.param;
-        states.emplace_back(at.ordinal, Impl::HostParamState{});
         reading = p.name;
-        reader.assemble(it->second, piece.global_offset, piece.numel, states.back().second);
+        reader.check(it->second, piece.global_offset, piece.numel);
+        pieces.push_back({it->second, piece.global_offset, piece.numel, at.engine, &p.name});
       }
     KOPT_THROW_IF_AS(CheckpointError, !options.partial && known != index.params.size(),
                      index_file << ": holds " << index.params.size() - known
@@ -301,19 +238,22 @@ void HybridOptimizer::load(const std::string& path, const LoadOptions& options) 
       }
     }
   } catch (const std::bad_alloc&) {
-    error = index_file + ": out of host memory reading the state of '" + reading +
-            "' (this rank holds the whole state it loads on the host before applying it)";
+    error = index_file + ": out of host memory reading the state of '" + reading + "'";
   } catch (const std::exception& e) {
     error = e.what();
   }
   agree(comm, error, "kopt::HybridOptimizer::load of " + path);
 
   // Everything is checked on every rank. Allocate whatever state is missing first (a
-  // failure there changes nothing), then apply: only a backend error can stop that half-way,
-  // and then the optimizer says so instead of running on a mix of states.
+  // failure there changes nothing), then apply, streaming each piece from the files again
+  // (still open: a later save's clean-up cannot take them away): only an I/O or backend
+  // error can stop that half-way, and then the optimizer says so instead of running on a
+  // mix of states.
   for (const auto& engine : engines_) engine->prepare_step();
   try {
-    apply_loaded_(configs, config_found, steps, states);
+    apply_loaded_(configs, config_found, steps);
+    for (const Piece& q : pieces)
+      reader.apply(q.in_file, q.offset, q.numel, *engines_[q.engine], *q.name);
   } catch (...) {
     failed_step_ = "a load() failed part-way (" + Impl::what_of_current() + ")";
     throw;
@@ -324,20 +264,15 @@ void HybridOptimizer::load(const std::string& path, const LoadOptions& options) 
     failed_step_.clear();
 }
 
-void HybridOptimizer::apply_loaded_(
-    const std::vector<AdamConfig>& configs, const std::vector<bool>& config_found,
-    const std::vector<std::int64_t>& steps,
-    const std::vector<std::pair<std::size_t, Impl::HostParamState>>& states) {
+void HybridOptimizer::apply_loaded_(const std::vector<AdamConfig>& configs,
+                                    const std::vector<bool>& config_found,
+                                    const std::vector<std::int64_t>& steps) {
   for (std::size_t g = 0; g < groups_.size(); ++g)
     if (config_found[g]) groups_[g].config() = configs[g];
   for (std::size_t e = 0; e < engines_.size(); ++e)
     for (std::size_t g = 0; g < groups_.size(); ++g)
       if (engine_group_[e][g] != kNone)
         engines_[e]->config(engine_group_[e][g]) = groups_[g].config();
-  std::vector<std::string> names(where_.size());
-  for (const auto& [name, at] : where_) names[at.ordinal] = name;
-  for (const auto& [ordinal, state] : states)
-    engines_[where_.at(names[ordinal]).engine]->set_state(names[ordinal], state);
   if (shards_)
     for (std::size_t i = 0; i < steps.size(); ++i)
       if (steps[i] >= 0) sharded_steps_[i] = steps[i];

@@ -126,52 +126,76 @@ bool is_stale(const fs::path& file, std::string_view name, std::uint64_t keep) {
 
 void set_checkpoint_write_failure_after(std::int64_t bytes) { fail_after = bytes; }
 
-void write_file_atomically(const std::string& path, const std::vector<unsigned char>& bytes) {
-  const fs::path target(path);
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  Fd f;
-  f.fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (f.fd < 0) io_error("cannot create " + tmp, path, errno);
-  // Any failure from here on removes the temporary file: a full disk must not stay full of
-  // our leftovers, or every retry fails too.
-  const auto fail = [&](const std::string& what, int err) {
-    ::close(f.fd);
-    f.fd = -1;
-    ::unlink(tmp.c_str());
-    io_error(what, path, err);
-  };
+AtomicFile::AtomicFile(const std::string& path)
+    : path_(path), tmp_(path + ".tmp." + std::to_string(::getpid())) {
+  fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd_ < 0) io_error("cannot create " + tmp_, path_, errno);
+  buffer_.reserve(kCheckpointIoBytes);
+}
+
+AtomicFile::~AtomicFile() {
+  if (fd_ < 0) return;  // committed, or failed and cleaned up
+  ::close(fd_);
+  ::unlink(tmp_.c_str());
+}
+
+// Any failure removes the temporary file: a full disk must not stay full of our leftovers,
+// or every retry fails too.
+void AtomicFile::fail_(const std::string& what, int err) {
+  if (fd_ >= 0) ::close(std::exchange(fd_, -1));
+  ::unlink(tmp_.c_str());
+  io_error(what, path_, err);
+}
+
+void AtomicFile::write(const void* data, std::size_t n) {
+  KOPT_THROW_IF_AS(CheckpointError, fd_ < 0, path_ << ": written after commit or a failure");
+  const auto* bytes = static_cast<const unsigned char*>(data);
+  while (n > 0) {
+    const std::size_t take = std::min(n, kCheckpointIoBytes - buffer_.size());
+    buffer_.insert(buffer_.end(), bytes, bytes + take);
+    bytes += take;
+    n -= take;
+    size_ += take;
+    if (buffer_.size() == kCheckpointIoBytes) flush_();
+  }
+}
+
+void AtomicFile::flush_() {
   std::size_t done = 0;
-  while (done < bytes.size()) {
-    std::size_t n = std::min<std::size_t>(bytes.size() - done, std::size_t{1} << 24);
+  while (done < buffer_.size()) {
+    const std::size_t n = buffer_.size() - done;
     const std::int64_t budget = fail_after.load();
     if (budget >= 0 && static_cast<std::int64_t>(n) > budget) {  // test hook: an I/O error
-      if (budget > 0) (void)::write(f.fd, bytes.data() + done, static_cast<std::size_t>(budget));
+      if (budget > 0) (void)::write(fd_, buffer_.data() + done, static_cast<std::size_t>(budget));
       fail_after = 0;
-      fail("write failed (injected)", EIO);
+      fail_("write failed (injected)", EIO);
     }
     if (budget >= 0) fail_after = budget - static_cast<std::int64_t>(n);
-    const ssize_t w = ::write(f.fd, bytes.data() + done, n);
+    const ssize_t w = ::write(fd_, buffer_.data() + done, n);
     if (w < 0 && errno == EINTR) continue;
-    if (w < 0) fail("write failed", errno);
+    if (w < 0) fail_("write failed", errno);
     done += static_cast<std::size_t>(w);
   }
-  if (::fsync(f.fd) != 0) fail("fsync failed", errno);
-  const int closed = ::close(f.fd);
-  f.fd = -1;
-  if (closed != 0) {
-    const int err = errno;
-    ::unlink(tmp.c_str());
-    io_error("close failed", path, err);
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int err = errno;
-    ::unlink(tmp.c_str());
-    io_error("rename failed", path, err);
-  }
+  buffer_.clear();
+}
+
+void AtomicFile::commit() {
+  KOPT_THROW_IF_AS(CheckpointError, fd_ < 0, path_ << ": committed twice or after a failure");
+  flush_();
+  if (::fsync(fd_) != 0) fail_("fsync failed", errno);
+  if (::close(std::exchange(fd_, -1)) != 0) fail_("close failed", errno);
+  if (std::rename(tmp_.c_str(), path_.c_str()) != 0) fail_("rename failed", errno);
+  const fs::path target(path_);
   const std::string dir = target.has_parent_path() ? target.parent_path().string() : ".";
   Fd d;
   d.fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (d.fd >= 0) ::fsync(d.fd);  // make the rename itself durable
+}
+
+void write_file_atomically(const std::string& path, const std::vector<unsigned char>& bytes) {
+  AtomicFile file(path);
+  file.write(bytes.data(), bytes.size());
+  file.commit();
 }
 
 std::vector<unsigned char> read_file(const std::string& path) {
@@ -192,6 +216,9 @@ std::vector<unsigned char> read_file_range(const std::string& path, std::uint64_
 ReadOnlyFile::ReadOnlyFile(const std::string& path) : path_(path) {
   Fd f;
   open_regular(path, f);
+  struct stat st {};
+  if (::fstat(f.fd, &st) != 0) io_error("cannot stat", path, errno);
+  size_ = static_cast<std::uint64_t>(st.st_size);
   fd_ = std::exchange(f.fd, -1);
 }
 
@@ -203,6 +230,10 @@ std::vector<unsigned char> ReadOnlyFile::read(std::uint64_t offset, std::uint64_
   std::vector<unsigned char> out(n);
   read_at(fd_, path_, out.data(), offset, n);
   return out;
+}
+
+void ReadOnlyFile::read(std::uint64_t offset, std::uint64_t n, unsigned char* out) const {
+  read_at(fd_, path_, out, offset, n);
 }
 
 DirectoryLock::DirectoryLock(const std::string& dir) {

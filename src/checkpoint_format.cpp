@@ -286,4 +286,16 @@ void read_floats(const unsigned char* in, float* values, std::size_t n) {
   }
 }
 
+void to_little_endian(float* values, std::size_t n) {
+  if constexpr (std::endian::native != std::endian::little) {
+    for (std::size_t i = 0; i < n; ++i) {
+      std::uint32_t b;
+      std::memcpy(&b, values + i, 4);
+      unsigned char le[4];
+      for (int k = 0; k < 4; ++k) le[k] = static_cast<unsigned char>(b >> (8 * k));
+      std::memcpy(values + i, le, 4);
+    }
+  }
+}
+
 }  // namespace kopt::Impl

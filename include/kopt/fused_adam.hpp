@@ -103,6 +103,23 @@ class FusedAdam {
   /// param's weights may be written before or after this call.
   void set_state(const std::string& name, std::int64_t step, const float* exp_avg,
                  const float* exp_avg_sq, const float* max_exp_avg_sq, const float* master);
+  /// Elements [offset, offset + count) of the state of `name`, copied into host arrays of
+  /// count floats; a null array is not read. As state() gives them: a max no group keeps
+  /// yet reads as zeros (what it would start from), a master still to be reconciled as its
+  /// next update would take it; an f32 param has no master (null it). Blocks. With
+  /// write_state() and commit_state(), moves a large param's state in bounded pieces.
+  void read_state(const std::string& name, std::int64_t offset, std::int64_t count, float* exp_avg,
+                  float* exp_avg_sq, float* max_exp_avg_sq, float* master);
+  /// Overwrites elements [offset, offset + count) of the state of `name` from host arrays of
+  /// count floats (null: left as it is; a max no group keeps, an f32 param's master: ignored).
+  /// Blocks. The step count and the master's reconciliation wait for commit_state().
+  void write_state(const std::string& name, std::int64_t offset, std::int64_t count,
+                   const float* exp_avg, const float* exp_avg_sq, const float* max_exp_avg_sq,
+                   const float* master);
+  /// After write_state() of every piece: sets the step count of `name` (in [0,
+  /// kopt::max_step_count]) and flags its master to be reconciled with the param at its
+  /// next update, as set_state() does.
+  void commit_state(const std::string& name, std::int64_t step);
   /// Bytes of optimizer state this engine holds in its memory space.
   std::size_t state_bytes() const;
   const ExecSpace& exec() const { return exec_; }
@@ -125,6 +142,8 @@ class FusedAdam {
   void fill_slots_();
   void build_sync_(const std::vector<std::size_t>& entries);
   FloatView synced_master_(const Impl::ParamEntry& e);
+  std::size_t span_of_(const std::string& name, std::int64_t offset, std::int64_t count,
+                       const char* call) const;
   void build_classes_(const std::vector<int>& signature, const std::vector<ClassKey>& keys);
   FloatView grow_(const FloatView& old, std::int64_t n, const char* what);
 

@@ -22,7 +22,6 @@ namespace kopt {
 
 namespace Impl {
 class Engine;
-struct HostParamState;
 class ShardPlan;
 }  // namespace Impl
 
@@ -146,10 +145,9 @@ class HybridOptimizer {
   /// Throws kopt::InconsistentState naming `call` after a step that failed part-way.
   void check_consistent_(const char* call) const;
   StepStats skip_(StepStats stats);  ///< a step skipped whole (non-finite grads)
-  /// load()'s second half: puts checked configs, step counts and states in place.
+  /// load()'s second half, before the states: puts checked configs and step counts in place.
   void apply_loaded_(const std::vector<AdamConfig>& configs, const std::vector<bool>& config_found,
-                     const std::vector<std::int64_t>& steps,
-                     const std::vector<std::pair<std::size_t, Impl::HostParamState>>& states);
+                     const std::vector<std::int64_t>& steps);
   Communicator& world_();  ///< the sharding communicator, or a world of one
 
   std::vector<ParamGroup> groups_;

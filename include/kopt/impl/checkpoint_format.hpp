@@ -81,13 +81,40 @@ void check_data_header(const unsigned char* data, std::size_t bytes, std::uint64
 /// Appends n floats as little-endian bytes; reads them back.
 void append_floats(std::vector<unsigned char>& out, const float* values, std::size_t n);
 void read_floats(const unsigned char* in, float* values, std::size_t n);
+/// Puts n floats in little-endian byte order in place (nothing to do on most machines).
+void to_little_endian(float* values, std::size_t n);
 
 // Files (src/checkpoint_files.cpp).
 
-/// Writes `bytes` to `path` so that a crash at any point leaves the old file or the new
-/// one: a temporary file `<path>.tmp.<pid>` in the same directory, fsync, rename over `path`,
-/// fsync of the directory. A failure (a full disk, an I/O error) removes the temporary file
-/// and throws kopt::CheckpointError; a crash leaves it for the next save to remove.
+/// A file written so that a crash at any point leaves the old file or the new one: the bytes
+/// go (through a buffer of kCheckpointIoBytes) to a temporary file `<path>.tmp.<pid>` in the
+/// same directory; commit() fsyncs it, renames it over `path` and fsyncs the directory. A
+/// failure (a full disk, an I/O error) throws kopt::CheckpointError; the temporary file is
+/// removed then and by the destructor of a file never committed; a crash leaves it for the
+/// next save to remove.
+class AtomicFile {
+ public:
+  explicit AtomicFile(const std::string& path);
+  ~AtomicFile();
+  AtomicFile(const AtomicFile&) = delete;
+  AtomicFile& operator=(const AtomicFile&) = delete;
+  void write(const void* data, std::size_t n);
+  std::uint64_t size() const { return size_; }  ///< bytes written so far
+  void commit();
+
+ private:
+  void flush_();
+  [[noreturn]] void fail_(const std::string& what, int err);
+  std::string path_, tmp_;
+  int fd_ = -1;
+  std::vector<unsigned char> buffer_;
+  std::uint64_t size_ = 0;
+};
+/// The buffer each side of a save or load streams state through (the bound on the host
+/// memory they take beyond the optimizer's own: docs/checkpoint-format.md).
+inline constexpr std::size_t kCheckpointIoBytes = std::size_t{4} << 20;
+
+/// `bytes` written as one AtomicFile.
 void write_file_atomically(const std::string& path, const std::vector<unsigned char>& bytes);
 /// The whole file; throws kopt::CheckpointError when it cannot be read or is not a regular
 /// file (a FIFO, a device, a directory: refused before reading, never waited on).
@@ -105,11 +132,14 @@ class ReadOnlyFile {
   ReadOnlyFile& operator=(const ReadOnlyFile&) = delete;
   /// Bytes [offset, offset + n); throws CheckpointError on a short file.
   std::vector<unsigned char> read(std::uint64_t offset, std::uint64_t n) const;
+  void read(std::uint64_t offset, std::uint64_t n, unsigned char* out) const;
   const std::string& path() const { return path_; }
+  std::uint64_t size() const { return size_; }  ///< when opened
 
  private:
   std::string path_;
   int fd_ = -1;
+  std::uint64_t size_ = 0;
 };
 
 /// An exclusive advisory lock (flock) on a checkpoint directory, held by one saver at a

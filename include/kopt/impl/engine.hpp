@@ -4,6 +4,7 @@
 /// param dtype) pair. EngineFor<ExecSpace> adapts kopt::FusedAdam; src/engine_dispatch.cpp is
 /// the one place that picks the execution space for a memory space.
 
+#include <array>
 #include <kopt/fused_adam.hpp>
 #include <kopt/offload_options.hpp>
 #include <memory>
@@ -12,13 +13,16 @@
 
 namespace kopt::Impl {
 
-/// One param's optimizer state on the host, as a checkpoint holds it.
-struct HostParamState {
-  std::int64_t step = 0;
-  std::vector<float> exp_avg, exp_avg_sq;
-  std::vector<float> max_exp_avg_sq;  ///< empty unless the engine keeps one (amsgrad)
-  std::vector<float> master;          ///< empty for f32 params (the param is the master)
+/// Host arrays of `count` floats for elements [offset, offset + count) of one param's state
+/// (the engine's piece of it when sharded), indexed as a checkpoint orders them
+/// (StateArray); a null array is skipped. Checkpoints move state through these a bounded
+/// span at a time, never a whole param at once.
+template <class T>
+struct StateSpan {
+  std::int64_t offset = 0, count = 0;
+  std::array<T*, 4> arrays{};
 };
+enum StateArray : std::size_t { kExpAvg, kExpAvgSq, kMaxExpAvgSq, kMaster };
 
 class Engine {
  public:
@@ -41,14 +45,15 @@ class Engine {
   virtual void fence() = 0;
   virtual std::int64_t step_count(const std::string& name) const = 0;
   virtual std::size_t state_bytes() const = 0;
-  /// The state of `name`, copied to the host (allocating the engine's state if needed); a
-  /// master still to be reconciled (ParamRegistry::sync_master) as its next update would take
-  /// it from the param now, the engine's own left unchanged.
-  virtual void get_state(const std::string& name, HostParamState& out) = 0;
-  /// Overwrites the state of `name`; arrays sized to its numel (the caller checked them),
-  /// an empty max or master leaves that part as it is. Blocks. Flags the master to be
-  /// reconciled with the param at its next update: weights may be loaded before or after.
-  virtual void set_state(const std::string& name, const HostParamState& in) = 0;
+  /// Copies a span of the state of `name` to the host (FusedAdam::read_state: a max the
+  /// engine does not keep reads as zeros, an f32 param has no master, a master still to be
+  /// reconciled reads as its next update would take it). Blocks.
+  virtual void read_state(const std::string& name, const StateSpan<float>& out) = 0;
+  /// Overwrites a span of the state of `name` (FusedAdam::write_state). Blocks.
+  virtual void write_state(const std::string& name, const StateSpan<const float>& in) = 0;
+  /// After write_state of its spans: the step count of `name`, and its master flagged to be
+  /// reconciled with the param at its next update (weights may be loaded before or after).
+  virtual void commit_state(const std::string& name, std::int64_t step) = 0;
   /// The execution space that serves the params' memory: "OpenMP", "Cuda", ...
   virtual const char* space_name() const = 0;
   /// The execution space whose memory holds the optimizer state (the host's for offload).
@@ -87,24 +92,18 @@ class EngineFor final : public Engine {
   std::int64_t step_count(const std::string& name) const override { return adam_.step_count(name); }
   std::size_t state_bytes() const override { return adam_.state_bytes(); }
   const char* space_name() const override { return ExecSpace::name(); }
-  void get_state(const std::string& name, HostParamState& out) override {
-    const auto s = adam_.state(name);
-    const auto to_host = [](const auto& view, std::vector<float>& v) {
-      v.resize(view.extent(0));
-      using Host = Kokkos::View<float*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
-      if (!v.empty()) Kokkos::deep_copy(Host(v.data(), v.size()), view);
-    };
-    Impl::fence(adam_.exec(), "kopt::get_state");  // updates enqueued before
-    to_host(s.exp_avg, out.exp_avg);
-    to_host(s.exp_avg_sq, out.exp_avg_sq);
-    to_host(s.max_exp_avg_sq, out.max_exp_avg_sq);
-    to_host(s.master, out.master);
-    out.step = s.step;
+  void read_state(const std::string& name, const StateSpan<float>& out) override {
+    const auto& a = out.arrays;
+    adam_.read_state(name, out.offset, out.count, a[kExpAvg], a[kExpAvgSq], a[kMaxExpAvgSq],
+                     a[kMaster]);
   }
-  void set_state(const std::string& name, const HostParamState& in) override {
-    const auto ptr = [](const std::vector<float>& v) { return v.empty() ? nullptr : v.data(); };
-    adam_.set_state(name, in.step, in.exp_avg.data(), in.exp_avg_sq.data(), ptr(in.max_exp_avg_sq),
-                    ptr(in.master));
+  void write_state(const std::string& name, const StateSpan<const float>& in) override {
+    const auto& a = in.arrays;
+    adam_.write_state(name, in.offset, in.count, a[kExpAvg], a[kExpAvgSq], a[kMaxExpAvgSq],
+                      a[kMaster]);
+  }
+  void commit_state(const std::string& name, std::int64_t step) override {
+    adam_.commit_state(name, step);
   }
 
  private:

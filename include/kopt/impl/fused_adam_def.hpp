@@ -341,6 +341,93 @@ AdamStateView<typename FusedAdam<ExecSpace>::memory_space> FusedAdam<ExecSpace>:
 }
 
 template <class ExecSpace>
+std::size_t FusedAdam<ExecSpace>::span_of_(const std::string& name, std::int64_t offset,
+                                           std::int64_t count, const char* call) const {
+  const std::size_t i = registry_.index_of(name);
+  const std::int64_t n = registry_[i].param.numel;
+  KOPT_THROW_IF(offset < 0 || count < 0 || offset > n || count > n - offset,
+                label_ << "::" << call << "('" << name << "'): elements [" << offset << ", "
+                       << offset << " + " << count << ") are outside its " << n);
+  return i;
+}
+
+template <class ExecSpace>
+void FusedAdam<ExecSpace>::read_state(const std::string& name, std::int64_t offset,
+                                      std::int64_t count, float* exp_avg, float* exp_avg_sq,
+                                      float* max_exp_avg_sq, float* master) {
+  const std::size_t i = span_of_(name, offset, count, "read_state");
+  ensure_state_();
+  Impl::fence(exec_, label_ + "::read_state");  // updates enqueued before
+  const Impl::ParamEntry& e = registry_[i];
+  const auto n = static_cast<std::size_t>(count);
+  using Host = Kokkos::View<float*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+  const auto get = [&](const FloatView& from, std::int64_t at, float* to) {
+    if (to == nullptr || n == 0) return;
+    if (from.extent(0) == 0) {  // a max no group keeps yet: the zeros it would start from
+      std::fill(to, to + n, 0.0f);
+      return;
+    }
+    const auto first = static_cast<std::size_t>(at + offset);
+    Kokkos::deep_copy(Host(to, n), Kokkos::subview(from, std::make_pair(first, first + n)));
+  };
+  get(exp_avg_, e.state_offset, exp_avg);
+  get(exp_avg_sq_, e.state_offset, exp_avg_sq);
+  get(max_exp_avg_sq_, e.state_offset, max_exp_avg_sq);
+  if (e.master_offset < 0 || master == nullptr || n == 0) return;
+  get(master_, e.master_offset, master);
+  if (!registry_.sync_master(i)) return;
+  // What the next update would start from, computed on the host copy: the engine's own
+  // master changes only then, so weights written after this call still count.
+  Impl::visit_update_dtype(e.param.dtype, [&](auto param_type) {
+    using ParamT = decltype(param_type);
+    if constexpr (!std::is_same_v<ParamT, float>) {
+      using Bits =
+          Kokkos::View<const ParamT*, memory_space, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+      std::vector<ParamT> param(n);
+      Kokkos::deep_copy(
+          Kokkos::View<ParamT*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(
+              param.data(), n),
+          Bits(static_cast<const ParamT*>(e.param.data) + offset, n));
+      const Impl::SyncSpanFunctor<ParamT> sync{param.data(), master, master};
+      for (std::size_t k = 0; k < n; ++k) sync(static_cast<std::int64_t>(k));
+    }
+  });
+}
+
+template <class ExecSpace>
+void FusedAdam<ExecSpace>::write_state(const std::string& name, std::int64_t offset,
+                                       std::int64_t count, const float* exp_avg,
+                                       const float* exp_avg_sq, const float* max_exp_avg_sq,
+                                       const float* master) {
+  const std::size_t i = span_of_(name, offset, count, "write_state");
+  ensure_state_();
+  const Impl::ParamEntry& e = registry_[i];
+  const auto n = static_cast<std::size_t>(count);
+  const auto put = [&](const FloatView& to, std::int64_t at, const float* from) {
+    if (from == nullptr || to.extent(0) == 0 || n == 0) return;
+    using Host =
+        Kokkos::View<const float*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+    const auto first = static_cast<std::size_t>(at + offset);
+    Kokkos::deep_copy(exec_, Kokkos::subview(to, std::make_pair(first, first + n)), Host(from, n));
+  };
+  put(exp_avg_, e.state_offset, exp_avg);
+  put(exp_avg_sq_, e.state_offset, exp_avg_sq);
+  put(max_exp_avg_sq_, e.state_offset, max_exp_avg_sq);
+  if (e.master_offset >= 0) put(master_, e.master_offset, master);
+  Impl::fence(exec_, label_ + "::write_state");  // the host arrays may die right after
+}
+
+template <class ExecSpace>
+void FusedAdam<ExecSpace>::commit_state(const std::string& name, std::int64_t step) {
+  const std::size_t i = registry_.index_of(name);
+  KOPT_THROW_IF(step < 0 || step > max_step_count,
+                label_ << ": commit_state('" << name << "'): step count " << step
+                       << " is outside [0, kopt::max_step_count]");
+  registry_.set_loaded(i, step);  // the weights may be loaded before or after this
+  planned_ = false;               // its scalar row and sync table change
+}
+
+template <class ExecSpace>
 void FusedAdam<ExecSpace>::set_state(const std::string& name, std::int64_t step,
                                      const float* exp_avg, const float* exp_avg_sq,
                                      const float* max_exp_avg_sq, const float* master) {
@@ -348,23 +435,8 @@ void FusedAdam<ExecSpace>::set_state(const std::string& name, std::int64_t step,
   KOPT_THROW_IF(step < 0 || step > max_step_count,
                 label_ << ": set_state('" << name << "'): step count " << step
                        << " is outside [0, kopt::max_step_count]");
-  ensure_state_();
-  const Impl::ParamEntry& e = registry_[i];
-  const auto n = static_cast<std::size_t>(e.param.numel);
-  const auto put = [&](const FloatView& to, std::int64_t offset, const float* from) {
-    if (from == nullptr || to.extent(0) == 0) return;
-    using Host =
-        Kokkos::View<const float*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
-    const auto at = static_cast<std::size_t>(offset);
-    Kokkos::deep_copy(exec_, Kokkos::subview(to, std::make_pair(at, at + n)), Host(from, n));
-  };
-  put(exp_avg_, e.state_offset, exp_avg);
-  put(exp_avg_sq_, e.state_offset, exp_avg_sq);
-  put(max_exp_avg_sq_, e.state_offset, max_exp_avg_sq);
-  if (e.master_offset >= 0) put(master_, e.master_offset, master);
-  Impl::fence(exec_, label_ + "::set_state");  // the host arrays may die right after
-  registry_.set_loaded(i, step);               // the weights may be loaded before or after this
-  planned_ = false;                            // its scalar row and sync table change
+  write_state(name, 0, registry_[i].param.numel, exp_avg, exp_avg_sq, max_exp_avg_sq, master);
+  commit_state(name, step);
 }
 
 template <class ExecSpace>

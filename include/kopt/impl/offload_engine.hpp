@@ -58,8 +58,9 @@ class OffloadEngine final : public Engine {
     return registry_.step(registry_.index_of(name));
   }
   std::size_t state_bytes() const override;
-  void get_state(const std::string& name, HostParamState& out) override;
-  void set_state(const std::string& name, const HostParamState& in) override;
+  void read_state(const std::string& name, const StateSpan<float>& out) override;
+  void write_state(const std::string& name, const StateSpan<const float>& in) override;
+  void commit_state(const std::string& name, std::int64_t step) override;
   const char* space_name() const override { return DeviceExec::name(); }
   const char* state_space_name() const override { return HostExec::name(); }
 
@@ -91,6 +92,9 @@ class OffloadEngine final : public Engine {
   };
 
   void ensure_state_();
+  /// Checks [offset, offset + count) against the param, allocates the state; its index.
+  std::size_t span_of_(const std::string& name, std::int64_t offset, std::int64_t count,
+                       const char* call);
   void plan_();
   void build_plan_();  ///< batches, slots and norm chunks for signature_
   void build_batches_(const std::vector<std::size_t>& entries, bool with_kernels);

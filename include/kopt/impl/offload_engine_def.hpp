@@ -382,53 +382,70 @@ void OffloadEngine<DeviceExec, StateMem>::reload_model_params() {
 }
 
 // The state is host memory: plain copies. An f32 param's master is the param itself (it
-// is not in a checkpoint): its next update after set_state takes it from the param.
+// is not in a checkpoint): its next update after commit_state takes it from the param.
 template <class DeviceExec, class StateMem>
-void OffloadEngine<DeviceExec, StateMem>::get_state(const std::string& name, HostParamState& out) {
+std::size_t OffloadEngine<DeviceExec, StateMem>::span_of_(const std::string& name,
+                                                          std::int64_t offset, std::int64_t count,
+                                                          const char* call) {
   const std::size_t i = registry_.index_of(name);
+  const std::int64_t n = registry_[i].param.numel;
+  KOPT_THROW_IF(offset < 0 || count < 0 || offset > n || count > n - offset,
+                label_ << "::" << call << "('" << name << "'): elements [" << offset << ", "
+                       << offset << " + " << count << ") are outside its " << n);
   ensure_state_();
-  const ParamEntry& e = registry_[i];
-  const auto n = static_cast<std::size_t>(e.param.numel);
-  const auto get = [&](const HostFloats& from, std::vector<float>& to) {
-    to.assign(from.extent(0) == 0 ? 0 : n, 0.0f);
-    if (!to.empty()) std::memcpy(to.data(), from.data() + e.state_offset, n * sizeof(float));
-  };
-  get(exp_avg_, out.exp_avg);
-  get(exp_avg_sq_, out.exp_avg_sq);
-  get(max_exp_avg_sq_, out.max_exp_avg_sq);
-  if (e.param.dtype == DType::f32) {
-    out.master.clear();
-  } else {
-    get(master_, out.master);
-    // What the next update would start from; the engine's own is left as it is.
-    if (registry_.sync_master(i)) {
-      std::vector<unsigned char> param(n * size_of(e.param.dtype));
-      copy_bytes(param.data(), MemorySpace::host, e.param.data, e.param.space, param.size());
-      sync_span_(e.param.dtype, param.data(), out.master.data(), out.master.data(), e.param.numel);
-    }
-  }
-  out.step = registry_.step(i);
+  return i;
 }
 
 template <class DeviceExec, class StateMem>
-void OffloadEngine<DeviceExec, StateMem>::set_state(const std::string& name,
-                                                    const HostParamState& in) {
-  const std::size_t i = registry_.index_of(name);
-  KOPT_THROW_IF(in.step < 0 || in.step > max_step_count,
-                label_ << ": set_state('" << name << "'): step count " << in.step
-                       << " is outside [0, kopt::max_step_count]");
-  ensure_state_();
+void OffloadEngine<DeviceExec, StateMem>::read_state(const std::string& name,
+                                                     const StateSpan<float>& out) {
+  const std::size_t i = span_of_(name, out.offset, out.count, "read_state");
   const ParamEntry& e = registry_[i];
-  const auto n = static_cast<std::size_t>(e.param.numel);
-  const auto put = [&](const std::vector<float>& from, const HostFloats& to) {
-    if (!from.empty() && to.extent(0) > 0)
-      std::memcpy(to.data() + e.state_offset, from.data(), n * sizeof(float));
-  };
-  put(in.exp_avg, exp_avg_);
-  put(in.exp_avg_sq, exp_avg_sq_);
-  put(in.max_exp_avg_sq, max_exp_avg_sq_);
-  if (e.param.dtype != DType::f32) put(in.master, master_);
-  registry_.set_loaded(i, in.step);  // the weights may be loaded before or after this
+  const auto n = static_cast<std::size_t>(out.count);
+  const std::array<const HostFloats*, 4> from{&exp_avg_, &exp_avg_sq_, &max_exp_avg_sq_, &master_};
+  for (std::size_t a = 0; a < from.size(); ++a) {
+    float* to = out.arrays[a];
+    if (to == nullptr || n == 0 || (a == kMaster && e.param.dtype == DType::f32)) continue;
+    if (from[a]->extent(0) == 0)  // a max no group keeps yet: the zeros it would start from
+      std::fill(to, to + n, 0.0f);
+    else
+      std::memcpy(to, from[a]->data() + e.state_offset + out.offset, n * sizeof(float));
+  }
+  float* master = out.arrays[kMaster];
+  if (master == nullptr || n == 0 || e.param.dtype == DType::f32 || !registry_.sync_master(i))
+    return;
+  // What the next update would start from; the engine's own is left as it is.
+  const std::size_t width = size_of(e.param.dtype);
+  std::vector<unsigned char> param(n * width);
+  copy_bytes(param.data(), MemorySpace::host,
+             static_cast<const unsigned char*>(e.param.data) + out.offset * width, e.param.space,
+             param.size());
+  sync_span_(e.param.dtype, param.data(), master, master, out.count);
+}
+
+template <class DeviceExec, class StateMem>
+void OffloadEngine<DeviceExec, StateMem>::write_state(const std::string& name,
+                                                      const StateSpan<const float>& in) {
+  const std::size_t i = span_of_(name, in.offset, in.count, "write_state");
+  const ParamEntry& e = registry_[i];
+  const auto n = static_cast<std::size_t>(in.count);
+  const std::array<const HostFloats*, 4> to{&exp_avg_, &exp_avg_sq_, &max_exp_avg_sq_, &master_};
+  for (std::size_t a = 0; a < to.size(); ++a) {
+    const float* from = in.arrays[a];
+    if (from == nullptr || n == 0 || to[a]->extent(0) == 0 ||
+        (a == kMaster && e.param.dtype == DType::f32))
+      continue;
+    std::memcpy(to[a]->data() + e.state_offset + in.offset, from, n * sizeof(float));
+  }
+}
+
+template <class DeviceExec, class StateMem>
+void OffloadEngine<DeviceExec, StateMem>::commit_state(const std::string& name, std::int64_t step) {
+  const std::size_t i = registry_.index_of(name);
+  KOPT_THROW_IF(step < 0 || step > max_step_count,
+                label_ << ": commit_state('" << name << "'): step count " << step
+                       << " is outside [0, kopt::max_step_count]");
+  registry_.set_loaded(i, step);  // the weights may be loaded before or after this
 }
 
 template <class DeviceExec, class StateMem>

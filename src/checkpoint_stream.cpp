@@ -1,0 +1,130 @@
+// State between engines and data files, one span of one array at a time: the memory a save
+// or load takes beyond the optimizer's own is two buffers of kCheckpointIoBytes, whatever the
+// size of the params or of the state.
+#include <algorithm>
+#include <filesystem>
+#include <kopt/error.hpp>
+#include <kopt/impl/checkpoint_stream.hpp>
+
+namespace kopt::Impl {
+
+namespace {
+constexpr std::int64_t kSpan = kCheckpointIoBytes / sizeof(float);  // floats per span
+}
+
+std::array<bool, 4> block_arrays(bool has_max, bool has_master) {
+  return {true, true, has_max, has_master};
+}
+
+StateWriter::StateWriter(const std::string& path, std::uint64_t generation, std::uint32_t rank)
+    : file_(path) {
+  const std::vector<unsigned char> header = data_file_header(generation, rank);
+  file_.write(header.data(), header.size());
+}
+
+void StateWriter::append(Engine& engine, const std::string& name, std::int64_t numel,
+                         const std::array<bool, 4>& arrays, IndexBlock& block) {
+  block.file_offset = file_.size();
+  std::uint32_t crc = 0;
+  for (std::size_t a = 0; a < arrays.size(); ++a) {
+    if (!arrays[a]) continue;
+    for (std::int64_t at = 0; at < numel; at += kSpan) {
+      const std::int64_t count = std::min(kSpan, numel - at);
+      const auto n = static_cast<std::size_t>(count);
+      if (span_.size() < n) span_.resize(n);
+      StateSpan<float> span{at, count, {}};
+      span.arrays[a] = span_.data();
+      engine.read_state(name, span);
+      to_little_endian(span_.data(), n);
+      crc = crc32c(span_.data(), 4 * n, crc);
+      file_.write(span_.data(), 4 * n);
+    }
+  }
+  block.bytes = file_.size() - block.file_offset;
+  block.crc = crc;
+}
+
+ReadOnlyFile& StateReader::file_(std::uint32_t rank) {
+  auto& file = files_[rank];
+  if (!file) {
+    auto opened = std::make_unique<ReadOnlyFile>(
+        (std::filesystem::path(dir_) / data_file_name(index_.generation, rank)).string());
+    const auto head = opened->read(0, kDataHeaderBytes);
+    check_data_header(head.data(), head.size(), index_.generation, rank, opened->path());
+    file = std::move(opened);
+  }
+  return *file;
+}
+
+const unsigned char* StateReader::view_(std::uint32_t rank, std::uint64_t offset, std::size_t n) {
+  if (!window_) window_ = std::make_unique_for_overwrite<unsigned char[]>(kCheckpointIoBytes);
+  if (window_rank_ != rank || offset < window_offset_ ||
+      offset + n > window_offset_ + window_bytes_) {
+    ReadOnlyFile& file = file_(rank);
+    // As much as fits from `offset` on (a short file throws in read()).
+    const std::uint64_t left = file.size() > offset ? file.size() - offset : 0;
+    const auto bytes =
+        std::max<std::uint64_t>(n, std::min<std::uint64_t>(kCheckpointIoBytes, left));
+    window_bytes_ = 0;  // until the read succeeds
+    file.read(offset, bytes, window_.get());
+    window_rank_ = rank;
+    window_offset_ = offset;
+    window_bytes_ = bytes;
+  }
+  return window_.get() + (offset - window_offset_);
+}
+
+void StateReader::check(std::uint32_t param, std::int64_t offset, std::int64_t n) {
+  const IndexParam& p = index_.params[param];
+  std::int64_t covered = 0;
+  for (std::size_t k = index_.first_block[param]; k < index_.first_block[param + 1]; ++k) {
+    const IndexBlock& b = index_.blocks[k];  // this param's, by offset
+    const std::int64_t lo = std::max(offset, b.global_offset);
+    const std::int64_t hi = std::min(offset + n, b.global_offset + b.length);
+    if (lo >= hi) continue;
+    std::uint32_t crc = 0;
+    for (std::uint64_t at = 0; at < b.bytes; at += kCheckpointIoBytes) {
+      const auto m =
+          static_cast<std::size_t>(std::min<std::uint64_t>(kCheckpointIoBytes, b.bytes - at));
+      crc = crc32c(view_(b.rank, b.file_offset + at, m), m, crc);
+    }
+    KOPT_THROW_IF_AS(CheckpointError, crc != b.crc,
+                     file_(b.rank).path()
+                         << ": checksum mismatch in the data of '" << p.name << "' (corrupt file)");
+    covered += hi - lo;
+  }
+  KOPT_THROW_IF_AS(CheckpointError, covered != n,
+                   dir_ << ": the state of '" << p.name << "' elements " << offset << " to "
+                        << offset + n << " is not (exactly once) in the checkpoint");
+}
+
+void StateReader::apply(std::uint32_t param, std::int64_t offset, std::int64_t n, Engine& engine,
+                        const std::string& name) {
+  const IndexParam& p = index_.params[param];
+  const std::array<bool, 4> arrays = block_arrays(p.has_max, p.has_master);
+  for (std::size_t k = index_.first_block[param]; k < index_.first_block[param + 1]; ++k) {
+    const IndexBlock& b = index_.blocks[k];
+    const std::int64_t lo = std::max(offset, b.global_offset);
+    const std::int64_t hi = std::min(offset + n, b.global_offset + b.length);
+    if (lo >= hi) continue;
+    // Array after array within the block, each b.length floats; ours start at lo.
+    std::uint64_t array_at = b.file_offset + 4 * static_cast<std::uint64_t>(lo - b.global_offset);
+    for (std::size_t a = 0; a < arrays.size(); ++a) {
+      if (!arrays[a]) continue;
+      for (std::int64_t at = lo; at < hi; at += kSpan) {
+        const std::int64_t count = std::min(kSpan, hi - at);
+        const auto m = static_cast<std::size_t>(count);
+        if (span_.size() < m) span_.resize(m);
+        read_floats(view_(b.rank, array_at + 4 * static_cast<std::uint64_t>(at - lo), 4 * m),
+                    span_.data(), m);
+        StateSpan<const float> span{at - offset, count, {}};
+        span.arrays[a] = span_.data();
+        engine.write_state(name, span);
+      }
+      array_at += 4 * static_cast<std::uint64_t>(b.length);
+    }
+  }
+  engine.commit_state(name, p.step);
+}
+
+}  // namespace kopt::Impl
