@@ -2,6 +2,7 @@
 // or load takes beyond the optimizer's own is two buffers of kCheckpointIoBytes, whatever the
 // size of the params or of the state.
 #include <algorithm>
+#include <atomic>
 #include <filesystem>
 #include <kopt/error.hpp>
 #include <kopt/impl/checkpoint_stream.hpp>
@@ -9,7 +10,12 @@
 namespace kopt::Impl {
 
 namespace {
-constexpr std::int64_t kSpan = kCheckpointIoBytes / sizeof(float);  // floats per span
+constexpr std::int64_t kFullSpan = kCheckpointIoBytes / sizeof(float);
+std::atomic<std::int64_t> span_floats{kFullSpan};
+}  // namespace
+
+void set_checkpoint_span_floats(std::int64_t n) {
+  span_floats = n > 0 && n < kFullSpan ? n : kFullSpan;
 }
 
 std::array<bool, 4> block_arrays(bool has_max, bool has_master) {
@@ -25,6 +31,7 @@ StateWriter::StateWriter(const std::string& path, std::uint64_t generation, std:
 void StateWriter::append(Engine& engine, const std::string& name, std::int64_t numel,
                          const std::array<bool, 4>& arrays, IndexBlock& block) {
   block.file_offset = file_.size();
+  const std::int64_t kSpan = span_floats;
   std::uint32_t crc = 0;
   for (std::size_t a = 0; a < arrays.size(); ++a) {
     if (!arrays[a]) continue;
@@ -102,6 +109,7 @@ void StateReader::apply(std::uint32_t param, std::int64_t offset, std::int64_t n
                         const std::string& name) {
   const IndexParam& p = index_.params[param];
   const std::array<bool, 4> arrays = block_arrays(p.has_max, p.has_master);
+  const std::int64_t kSpan = span_floats;
   for (std::size_t k = index_.first_block[param]; k < index_.first_block[param + 1]; ++k) {
     const IndexBlock& b = index_.blocks[k];
     const std::int64_t lo = std::max(offset, b.global_offset);

@@ -5,6 +5,7 @@
 #include <mpi.h>
 
 #include <filesystem>
+#include <kopt/impl/checkpoint_format.hpp>
 #include <kopt/kopt.hpp>
 #include <kopt/mpi_communicator.hpp>
 
@@ -36,7 +37,10 @@ CheckpointModel model(MPI_Comm comm, const std::vector<bool>& offloaded) {
                          options(comm, kopt::ZeroStage::one), offloaded);
 }
 
-TEST(ShardedCheckpoint, LoadsAtOtherWorldSizesAndResumesBitwise) {
+// Saved and loaded in spans of `span` floats (0: the default): a rank's piece of a param
+// starts and ends inside the blocks of another world size, and inside spans.
+void expect_loads_at_other_world_sizes(std::int64_t span) {
+  kopt::Impl::set_checkpoint_span_floats(span);
   const SharedDir dir;
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -60,6 +64,15 @@ TEST(ShardedCheckpoint, LoadsAtOtherWorldSizesAndResumesBitwise) {
     saved.expect_same(*m);
   }
   MPI_Comm_free(&pairs);
+  kopt::Impl::set_checkpoint_span_floats(0);
+}
+
+TEST(ShardedCheckpoint, LoadsAtOtherWorldSizesAndResumesBitwise) {
+  expect_loads_at_other_world_sizes(0);
+}
+
+TEST(ShardedCheckpoint, LoadsAtOtherWorldSizesInSpansOfFiveFloats) {
+  expect_loads_at_other_world_sizes(5);
 }
 
 TEST(ShardedCheckpoint, ACheckpointFromOneProcessLoadsSharded) {

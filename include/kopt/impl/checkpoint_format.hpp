@@ -166,5 +166,8 @@ void remove_stale_files(const std::string& dir, std::uint64_t keep);
 /// Test hook: the next atomic writes fail with an I/O error once this many more bytes have
 /// been written in total; negative (the default) turns it off.
 void set_checkpoint_write_failure_after(std::int64_t bytes);
+/// Test hook: the floats a save or load moves per span (default and at most
+/// kCheckpointIoBytes / 4; 0 restores it), so small tests cross span boundaries.
+void set_checkpoint_span_floats(std::int64_t n);
 
 }  // namespace kopt::Impl
