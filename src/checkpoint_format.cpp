@@ -58,6 +58,12 @@ struct Reader {
     std::memcpy(&v, &bits, sizeof(T));
     return v;
   }
+  /// `count` records of at least `bytes` bytes each (a count field that lies is named).
+  void need_records(std::uint64_t count, std::size_t bytes, const char* what) const {
+    KOPT_THROW_IF_AS(CheckpointError, count > (size - at) / bytes,
+                     file << ": " << count << " " << what << " at byte " << at << ", "
+                          << size - at << " bytes of metadata left (corrupt metadata)");
+  }
   /// A bool field: 0 or 1, nothing else (a byte of 2 would otherwise load as `true`).
   bool get_bool(const std::string& what) {
     const auto v = get<std::uint8_t>();
@@ -67,7 +73,9 @@ struct Reader {
   }
   std::string get_string() {
     const auto n = get<std::uint32_t>();
-    need(n);
+    KOPT_THROW_IF_AS(CheckpointError, n > size - at,
+                     file << ": a name of " << n << " bytes at byte " << at << ", " << size - at
+                          << " bytes of metadata left (corrupt metadata)");
     std::string s(reinterpret_cast<const char*>(data + at), n);
     at += n;
     return s;
@@ -207,10 +215,10 @@ Index parse_index(const std::vector<unsigned char>& bytes, const std::string& fi
   index.scale = r.get<double>();
   index.growth_tracker = r.get<std::int64_t>();
   const auto groups = r.get<std::uint32_t>();
-  r.need(std::size_t{groups} * 44);  // the bytes of a config
+  r.need_records(groups, 44, "groups");  // the bytes of a config
   for (std::uint32_t g = 0; g < groups; ++g) index.groups.push_back(get_config(r, g));
   const auto params = r.get<std::uint32_t>();
-  r.need(std::size_t{params} * 28);  // the fewest bytes of a param (a 1-character name)
+  r.need_records(params, 28, "params");  // the fewest bytes of a param (a 1-character name)
   for (std::uint32_t p = 0; p < params; ++p) {
     IndexParam q;
     q.name = r.get_string();
@@ -226,8 +234,7 @@ Index parse_index(const std::vector<unsigned char>& bytes, const std::string& fi
     index.params.push_back(std::move(q));
   }
   const auto blocks = r.get<std::uint64_t>();
-  KOPT_THROW_IF_AS(CheckpointError, blocks > (r.size - r.at) / 44,  // 44 bytes per block
-                   file << ": truncated or corrupt metadata (" << blocks << " blocks)");
+  r.need_records(blocks, 44, "blocks");
   for (std::uint64_t b = 0; b < blocks; ++b) index.blocks.push_back(get_block(r));
   KOPT_THROW_IF_AS(CheckpointError, r.at != r.size, file << ": trailing bytes after the metadata");
   check_index(index, file);

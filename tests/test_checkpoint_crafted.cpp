@@ -5,6 +5,7 @@
 // and the optimizer is bitwise unchanged: it then trains exactly as a twin that never saw it.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <kopt/impl/checkpoint_format.hpp>
@@ -90,6 +91,27 @@ struct Crafted {
     write_all(data_path, data);
   }
 };
+
+// Body offsets of the serialized index (docs/checkpoint-format.md): the header is 32 bytes.
+constexpr std::size_t kBody = 32, kGroupCount = kBody + 29, kFirstConfig = kGroupCount + 4;
+constexpr std::size_t kConfigBytes = 44, kParamCount = kFirstConfig + 2 * kConfigBytes;
+
+void put_u32(Bytes& b, std::size_t at, std::uint32_t v) {
+  for (int k = 0; k < 4; ++k) b[at + k] = static_cast<unsigned char>(v >> (8 * k));
+}
+// Where the record of param `name` starts (its name's length) in a serialized index.
+std::size_t record_of(const Bytes& b, const std::string& name) {
+  Bytes key(4);
+  put_u32(key, 0, static_cast<std::uint32_t>(name.size()));
+  key.insert(key.end(), name.begin(), name.end());
+  const auto it = std::search(b.begin() + kParamCount + 4, b.end(), key.begin(), key.end());
+  if (it == b.end()) throw std::logic_error("no record of " + name);
+  return static_cast<std::size_t>(it - b.begin());
+}
+// A patch of one byte `past` bytes after the start of the record of `name`.
+std::function<void(Bytes&)> record_byte(std::string name, std::size_t past, unsigned char v) {
+  return [=](Bytes& b) { b[record_of(b, name) + past] = v; };
+}
 
 struct Lie {
   std::string what;
@@ -197,6 +219,95 @@ std::vector<Lie> lies() {
        },
        "share bytes"},
       {"another generation", [](Crafted& c) { c.index.generation ^= 1; }, "cannot open"},
+      // Every other field, one by one.
+      {"format version 2", [](Crafted& c) { c.patch = [](Bytes& b) { b[8] = 2; }; },
+       "format version 2"},
+      {"loss scale 0", [](Crafted& c) { c.index.scale = 0; }, "loss scale 0"},
+      {"loss scale -inf",
+       [](Crafted& c) { c.index.scale = -std::numeric_limits<double>::infinity(); },
+       "loss scale -inf"},
+      {"growth tracker -1", [](Crafted& c) { c.index.growth_tracker = -1; }, "growth tracker -1"},
+      {"group count past the file",
+       [](Crafted& c) { c.patch = [](Bytes& b) { put_u32(b, kGroupCount, 1000); }; },
+       "1000 groups"},
+      {"beta1 1", [](Crafted& c) { c.index.groups[0].beta1 = 1; }, "group 0: AdamConfig.beta1"},
+      {"beta2 NaN", [](Crafted& c) { c.index.groups[1].beta2 = std::nan(""); },
+       "group 1: AdamConfig.beta2"},
+      {"weight decay -1", [](Crafted& c) { c.index.groups[0].weight_decay = -1; },
+       "group 0: AdamConfig.weight_decay"},
+      {"decoupled byte 2",
+       [](Crafted& c) { c.patch = [](Bytes& b) { b[kFirstConfig + 40] = 2; }; },
+       "group 0 decoupled is 2"},
+      {"amsgrad byte 2",
+       [](Crafted& c) { c.patch = [](Bytes& b) { b[kFirstConfig + kConfigBytes + 41] = 2; }; },
+       "group 1 amsgrad is 2"},
+      {"bias correction byte 2",
+       [](Crafted& c) { c.patch = [](Bytes& b) { b[kFirstConfig + 42] = 2; }; },
+       "group 0 bias_correction is 2"},
+      {"maximize byte 2", [](Crafted& c) { c.patch = [](Bytes& b) { b[kFirstConfig + 43] = 2; }; },
+       "group 0 maximize is 2"},
+      {"param count past the file",
+       [](Crafted& c) { c.patch = [](Bytes& b) { put_u32(b, kParamCount, 1u << 30); }; },
+       "1073741824 params"},
+      {"name length past the file",
+       [](Crafted& c) {
+         c.patch = [](Bytes& b) { put_u32(b, record_of(b, "p3"), 1u << 30); };
+       },
+       "a name of 1073741824 bytes"},
+      {"an empty name", [](Crafted& c) { c.index.params[c.param("p7")].name = ""; },
+       "a param has an empty name"},
+      {"has_max byte 2", [](Crafted& c) { c.patch = record_byte("p1", 6 + 21, 2); },
+       "param 'p1' has_max is 2"},
+      {"has_master byte 2", [](Crafted& c) { c.patch = record_byte("p1", 6 + 22, 2); },
+       "param 'p1' has_master is 2"},
+      {"an f32 param with a master",
+       [](Crafted& c) {
+         const IndexBlock b = c.block("p4");
+         c.index.params[c.param("p4")].has_master = true;
+         c.drop_blocks("p4");
+         Bytes bytes = c.slice(b, 0, 13, 2);
+         bytes.resize(bytes.size() + 13 * 4, 0);
+         c.append("p4", 0, 13, bytes);
+       },
+       "'p4': has_master = 1"},
+      {"numel -1", [](Crafted& c) { c.index.params[c.param("p0")].global_numel = -1; },
+       "'p0': global numel -1"},
+      {"numel one more, a block to cover it",
+       [](Crafted& c) {
+         c.index.params[c.param("p4")].global_numel = 14;
+         Bytes bytes(2 * 4, 0);
+         c.append("p4", 13, 1, bytes);
+       },
+       "'p4' was saved as f32[14], it is f32[13]"},
+      {"block of no param", [](Crafted& c) { c.block("p0").param = 99; }, "block 0: param 99"},
+      {"block length -1", [](Crafted& c) { c.block("p4").length = -1; },
+       "elements [0, +-1) are outside"},
+      {"block past the end of the data file",
+       [](Crafted& c) { c.block("p0").file_offset = c.data.size() + 8; }, "truncated"},
+      {"block checksum off by one", [](Crafted& c) { c.block("p2").crc ^= 1; },
+       "checksum mismatch in the data of 'p2'"},
+      {"block count past the file",
+       [](Crafted& c) {
+         c.patch = [](Bytes& b) {
+           const std::size_t at = b.size() - 8 * 44 - 8;  // the count before 8 blocks
+           put_u32(b, at, 1000);
+         };
+       },
+       "1000 blocks"},
+      {"trailing bytes",
+       [](Crafted& c) {
+         c.patch = [](Bytes& b) {
+           b.push_back(0);
+           put_u32(b, 16, static_cast<std::uint32_t>(b.size() - kBody));  // the body's length
+         };
+       },
+       "trailing bytes"},
+      {"data file of another rank",
+       [](Crafted& c) {
+         const Bytes other = kopt::Impl::data_file_header(c.index.generation, 1);
+         std::copy(other.begin(), other.end(), c.data.begin());
+       },
+       "not the data file of this checkpoint"},
   };
 }
 
