@@ -6,6 +6,7 @@
 #include <kopt/hybrid_optimizer.hpp>
 #include <kopt/impl/checkpoint_stream.hpp>
 #include <kopt/impl/engine.hpp>
+#include <kopt/impl/profiling.hpp>
 #include <kopt/impl/shard_plan.hpp>
 #include <limits>
 #include <map>
@@ -65,6 +66,7 @@ Communicator& HybridOptimizer::world_() {
 
 void HybridOptimizer::save(const std::string& path) {
   Impl::require_kokkos("kopt::HybridOptimizer::save");
+  const Impl::ProfilingRegion region(Impl::regions::save);
   check_consistent_("save");  // never replace a good checkpoint with a half-updated state
   Communicator& comm = world_();
   const auto rank = static_cast<std::uint32_t>(comm.rank());
@@ -166,6 +168,7 @@ void HybridOptimizer::save(const std::string& path) {
 
 void HybridOptimizer::load(const std::string& path, const LoadOptions& options) {
   Impl::require_kokkos("kopt::HybridOptimizer::load");
+  const Impl::ProfilingRegion region(Impl::regions::load);
   KOPT_THROW_IF_AS(InvalidArgument, !alive_.yes,
                    "kopt::HybridOptimizer::load: this optimizer was moved from; it holds no "
                    "params or state");

@@ -5,6 +5,7 @@
 #include <kopt/impl/engine.hpp>
 #include <kopt/impl/norm_parts.hpp>
 #include <kopt/impl/param_registry.hpp>
+#include <kopt/impl/profiling.hpp>
 #include <kopt/impl/shard_plan.hpp>
 #include <limits>
 #include <set>
@@ -157,6 +158,7 @@ void HybridOptimizer::check_consistent_(const char* call) const {
 
 StepStats HybridOptimizer::step() {
   Impl::require_kokkos("kopt::HybridOptimizer::step");
+  const Impl::ProfilingRegion region(Impl::regions::step);
   check_consistent_("step");
   // Everything that can fail for a reason other than a backend error runs before the first
   // update starts (configs, allocations, collectives), and changes no value: a throw there

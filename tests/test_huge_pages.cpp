@@ -20,8 +20,9 @@ bool huge_pages_available() {
   return mode.find("[always]") != std::string::npos || mode.find("[madvise]") != std::string::npos;
 }
 
-// AnonHugePages (kB) of the mapping holding `p`, from /proc/self/smaps; -1 if none holds it.
-long huge_kb_at(const void* p) {
+// The rest of the line starting with `key` in the /proc/self/smaps entry of the mapping
+// holding `p`; empty if no mapping holds it.
+std::string smaps_field_at(const void* p, const std::string& key) {
   const auto at = reinterpret_cast<std::uintptr_t>(p);
   std::ifstream smaps("/proc/self/smaps");
   std::string line;
@@ -34,28 +35,20 @@ long huge_kb_at(const void* p) {
       inside = begin <= at && at < end;
       continue;
     }
-    if (inside && line.rfind("AnonHugePages:", 0) == 0) return std::stol(line.substr(14));
+    if (inside && line.rfind(key, 0) == 0) return line.substr(key.size());
   }
-  return -1;
+  return "";
+}
+
+// AnonHugePages (kB) of the mapping holding `p`; -1 if none holds it.
+long huge_kb_at(const void* p) {
+  const std::string kb = smaps_field_at(p, "AnonHugePages:");
+  return kb.empty() ? -1 : std::stol(kb);
 }
 
 // Whether the mapping holding `p` is advised onto huge pages ("hg" in its VmFlags).
 bool advised_at(const void* p) {
-  const auto at = reinterpret_cast<std::uintptr_t>(p);
-  std::ifstream smaps("/proc/self/smaps");
-  std::string line;
-  bool inside = false;
-  while (std::getline(smaps, line)) {
-    std::uintptr_t begin = 0, end = 0;
-    char dash = 0;
-    std::istringstream head(line);
-    if (head >> std::hex >> begin >> dash >> end && dash == '-') {
-      inside = begin <= at && at < end;
-      continue;
-    }
-    if (inside && line.rfind("VmFlags:", 0) == 0) return line.find(" hg") != std::string::npos;
-  }
-  return false;
+  return (smaps_field_at(p, "VmFlags:") + " ").find(" hg ") != std::string::npos;
 }
 
 // The system's count of page faults that wanted a huge page and got a small one (no free
