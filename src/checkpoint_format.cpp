@@ -267,20 +267,6 @@ void check_data_header(const unsigned char* data, std::size_t bytes, std::uint64
       file << ": not the data file of this checkpoint (bad header)");
 }
 
-void append_floats(std::vector<unsigned char>& out, const float* values, std::size_t n) {
-  const std::size_t at = out.size();
-  out.resize(at + 4 * n);
-  if constexpr (std::endian::native == std::endian::little) {
-    if (n > 0) std::memcpy(out.data() + at, values, 4 * n);
-  } else {
-    for (std::size_t i = 0; i < n; ++i) {
-      std::uint32_t b;
-      std::memcpy(&b, values + i, 4);
-      for (int k = 0; k < 4; ++k) out[at + 4 * i + k] = static_cast<unsigned char>(b >> (8 * k));
-    }
-  }
-}
-
 void read_floats(const unsigned char* in, float* values, std::size_t n) {
   if constexpr (std::endian::native == std::endian::little) {
     if (n > 0) std::memcpy(values, in, 4 * n);

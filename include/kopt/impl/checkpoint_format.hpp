@@ -78,8 +78,7 @@ inline constexpr std::size_t kDataHeaderBytes = 32;
 void check_data_header(const unsigned char* data, std::size_t bytes, std::uint64_t generation,
                        std::uint32_t rank, const std::string& file);
 
-/// Appends n floats as little-endian bytes; reads them back.
-void append_floats(std::vector<unsigned char>& out, const float* values, std::size_t n);
+/// n little-endian floats from bytes.
 void read_floats(const unsigned char* in, float* values, std::size_t n);
 /// Puts n floats in little-endian byte order in place (nothing to do on most machines).
 void to_little_endian(float* values, std::size_t n);
