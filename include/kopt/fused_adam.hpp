@@ -145,7 +145,6 @@ class FusedAdam {
   std::size_t span_of_(const std::string& name, std::int64_t offset, std::int64_t count,
                        const char* call) const;
   void build_classes_(const std::vector<int>& signature, const std::vector<ClassKey>& keys);
-  FloatView grow_(const FloatView& old, std::int64_t n, const char* what);
 
   ExecSpace exec_;
   std::string label_;

@@ -6,6 +6,7 @@
 
 #include <array>
 #include <kopt/fused_adam.hpp>
+#include <kopt/impl/state_arrays.hpp>
 #include <kopt/offload_options.hpp>
 #include <memory>
 #include <string>
@@ -14,15 +15,13 @@
 namespace kopt::Impl {
 
 /// Host arrays of `count` floats for elements [offset, offset + count) of one param's state
-/// (the engine's piece of it when sharded), indexed as a checkpoint orders them
-/// (StateArray); a null array is skipped. Checkpoints move state through these a bounded
-/// span at a time, never a whole param at once.
+/// (the engine's piece of it when sharded), indexed by StateArray; a null array is skipped.
+/// Checkpoints move state through these a bounded span at a time, never a whole param at once.
 template <class T>
 struct StateSpan {
   std::int64_t offset = 0, count = 0;
   std::array<T*, 4> arrays{};
 };
-enum StateArray : std::size_t { kExpAvg, kExpAvgSq, kMaxExpAvgSq, kMaster };
 
 class Engine {
  public:

@@ -12,6 +12,7 @@
 #include <kopt/grad_norm.hpp>
 #include <kopt/impl/fault_injection.hpp>
 #include <kopt/impl/huge_pages.hpp>
+#include <kopt/impl/state_arrays.hpp>
 #include <map>
 #include <utility>
 
@@ -58,24 +59,6 @@ void FusedAdam<ExecSpace>::add(const std::string& name, const Tensor& param, con
 }
 
 template <class ExecSpace>
-typename FusedAdam<ExecSpace>::FloatView FusedAdam<ExecSpace>::grow_(const FloatView& old,
-                                                                     std::int64_t n,
-                                                                     const char* what) {
-  if (static_cast<std::int64_t>(old.extent(0)) == n) return old;
-  Impl::allocation_point();
-  FloatView grown(Kokkos::view_alloc(exec_, Kokkos::WithoutInitializing, label_ + "::" + what), n);
-  // Huge pages for host state, advised before the first touch; then zero-filled on our
-  // instance (fresh moments start at 0), so the threads that update a page touch it first.
-  if constexpr (std::is_same_v<memory_space, Kokkos::HostSpace>)
-    Impl::advise_huge_pages(grown.data(), grown.span() * sizeof(float));
-  Kokkos::deep_copy(exec_, grown, 0.0f);
-  if (old.extent(0) > 0)
-    Kokkos::deep_copy(exec_, Kokkos::subview(grown, std::make_pair(std::size_t{0}, old.extent(0))),
-                      old);
-  return grown;
-}
-
-template <class ExecSpace>
 void FusedAdam<ExecSpace>::ensure_state_() {
   // Exception-safe by construction: each array is replaced only by a complete, larger copy.
   // A failure (allocation, launch) leaves every value as it was, and the next call finishes
@@ -93,11 +76,15 @@ void FusedAdam<ExecSpace>::ensure_state_() {
   if (sized(exp_avg_, moments) && sized(exp_avg_sq_, moments) && max_ok &&
       sized(master_, masters) && slots_.extent(0) == registry_.size())
     return;
-  exp_avg_ = grow_(exp_avg_, moments, "exp_avg");
-  exp_avg_sq_ = grow_(exp_avg_sq_, moments, "exp_avg_sq");
+  const auto grow = [&](const FloatView& old, std::int64_t n, const char* what,
+                        Impl::StateArray which) {
+    return Impl::grow_state_array(exec_, old, n, label_ + "::" + what, which);
+  };
+  exp_avg_ = grow(exp_avg_, moments, "exp_avg", Impl::kExpAvg);
+  exp_avg_sq_ = grow(exp_avg_sq_, moments, "exp_avg_sq", Impl::kExpAvgSq);
   if (need_max || max_exp_avg_sq_.extent(0) > 0)
-    max_exp_avg_sq_ = grow_(max_exp_avg_sq_, moments, "max_exp_avg_sq");
-  master_ = grow_(master_, masters, "master");
+    max_exp_avg_sq_ = grow(max_exp_avg_sq_, moments, "max_exp_avg_sq", Impl::kMaxExpAvgSq);
+  master_ = grow(master_, masters, "master", Impl::kMaster);
   if (slots_.extent(0) != registry_.size()) {
     Impl::allocation_point();
     decltype(slots_) slots(Kokkos::view_alloc(exec_, label_ + "::slots"), registry_.size());

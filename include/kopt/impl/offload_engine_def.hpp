@@ -79,24 +79,14 @@ void OffloadEngine<DeviceExec, StateMem>::ensure_state_() {
   const bool max_ok = sized(max_exp_avg_sq_) || (!need_max && max_exp_avg_sq_.extent(0) == 0);
   if (sized(exp_avg_) && sized(exp_avg_sq_) && max_ok && sized(master_) && staging_.extent(0) > 0)
     return;
-  const auto grow = [&](const HostFloats& old, const char* what) {
-    if (static_cast<std::int64_t>(old.extent(0)) == moments) return old;
-    allocation_point();
-    HostFloats grown(Kokkos::view_alloc(host_, Kokkos::WithoutInitializing, label_ + "::" + what),
-                     moments);
-    if constexpr (std::is_same_v<StateMem, Kokkos::HostSpace>)  // before the first touch
-      advise_huge_pages(grown.data(), grown.span() * sizeof(float));
-    Kokkos::deep_copy(host_, grown, 0.0f);  // zeros, touched by the host threads
-    if (old.extent(0) > 0)
-      Kokkos::deep_copy(host_,
-                        Kokkos::subview(grown, std::make_pair(std::size_t{0}, old.extent(0))), old);
-    return grown;
+  const auto grow = [&](const HostFloats& old, const char* what, StateArray which) {
+    return grow_state_array(host_, old, moments, label_ + "::" + what, which);
   };
-  exp_avg_ = grow(exp_avg_, "exp_avg");
-  exp_avg_sq_ = grow(exp_avg_sq_, "exp_avg_sq");
+  exp_avg_ = grow(exp_avg_, "exp_avg", kExpAvg);
+  exp_avg_sq_ = grow(exp_avg_sq_, "exp_avg_sq", kExpAvgSq);
   if (need_max || max_exp_avg_sq_.extent(0) > 0)
-    max_exp_avg_sq_ = grow(max_exp_avg_sq_, "max_exp_avg_sq");
-  master_ = grow(master_, "master");  // every param's, f32 ones included
+    max_exp_avg_sq_ = grow(max_exp_avg_sq_, "max_exp_avg_sq", kMaxExpAvgSq);
+  master_ = grow(master_, "master", kMaster);  // every param's, f32 ones included
   if (staging_.extent(0) == 0) {
     allocation_point();
     staging_ = decltype(staging_)(
