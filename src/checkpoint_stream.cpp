@@ -1,6 +1,6 @@
 // State between engines and data files, one span of one array at a time: the memory a save
-// or load takes beyond the optimizer's own is two buffers of kCheckpointIoBytes, whatever the
-// size of the params or of the state.
+// or load takes beyond the optimizer's own is at most three buffers of kCheckpointIoBytes
+// (docs/checkpoint-format.md, "Memory"), whatever the size of the params or of the state.
 #include <algorithm>
 #include <atomic>
 #include <filesystem>
@@ -31,12 +31,12 @@ StateWriter::StateWriter(const std::string& path, std::uint64_t generation, std:
 void StateWriter::append(Engine& engine, const std::string& name, std::int64_t numel,
                          const std::array<bool, 4>& arrays, IndexBlock& block) {
   block.file_offset = file_.size();
-  const std::int64_t kSpan = span_floats;
+  const std::int64_t per_span = span_floats;
   std::uint32_t crc = 0;
   for (std::size_t a = 0; a < arrays.size(); ++a) {
     if (!arrays[a]) continue;
-    for (std::int64_t at = 0; at < numel; at += kSpan) {
-      const std::int64_t count = std::min(kSpan, numel - at);
+    for (std::int64_t at = 0; at < numel; at += per_span) {
+      const std::int64_t count = std::min(per_span, numel - at);
       const auto n = static_cast<std::size_t>(count);
       if (span_.size() < n) span_.resize(n);
       StateSpan<float> span{at, count, {}};
@@ -109,7 +109,7 @@ void StateReader::apply(std::uint32_t param, std::int64_t offset, std::int64_t n
                         const std::string& name) {
   const IndexParam& p = index_.params[param];
   const std::array<bool, 4> arrays = block_arrays(p.has_max, p.has_master);
-  const std::int64_t kSpan = span_floats;
+  const std::int64_t per_span = span_floats;
   for (std::size_t k = index_.first_block[param]; k < index_.first_block[param + 1]; ++k) {
     const IndexBlock& b = index_.blocks[k];
     const std::int64_t lo = std::max(offset, b.global_offset);
@@ -119,8 +119,8 @@ void StateReader::apply(std::uint32_t param, std::int64_t offset, std::int64_t n
     std::uint64_t array_at = b.file_offset + 4 * static_cast<std::uint64_t>(lo - b.global_offset);
     for (std::size_t a = 0; a < arrays.size(); ++a) {
       if (!arrays[a]) continue;
-      for (std::int64_t at = lo; at < hi; at += kSpan) {
-        const std::int64_t count = std::min(kSpan, hi - at);
+      for (std::int64_t at = lo; at < hi; at += per_span) {
+        const std::int64_t count = std::min(per_span, hi - at);
         const auto m = static_cast<std::size_t>(count);
         if (span_.size() < m) span_.resize(m);
         read_floats(view_(b.rank, array_at + 4 * static_cast<std::uint64_t>(at - lo), 4 * m),
