@@ -21,15 +21,15 @@ constexpr double copy_bytes_per_element() {
 template <class DeviceExec, class StateMem, class ParamT, class GradT>
 void bm_offload(benchmark::State& state) {
   using Mem = typename DeviceExec::memory_space;
-  using Engine = kopt::Impl::OffloadEngine<DeviceExec, StateMem>;
+  using Engine = kopt::Impl::OffloadEngine<DeviceExec, StateMem, kopt::Impl::AdamPolicy>;
   const auto n = static_cast<std::int64_t>(state.range(0));
   Kokkos::View<ParamT*, Mem> param("kopt::perf::param", n);
   Kokkos::View<GradT*, Mem> grad("kopt::perf::grad", n);
   fill_random(param, 1);
   fill_random(grad, 2);
   kopt::OffloadOptions options;  // default chunks: 2^20 elements, 3 staging buffers
-  auto base = kopt::Impl::make_offload_engine(kopt::memory_space_of<Mem>(),
-                                              kopt::dtype_of<ParamT>(), options);
+  auto base = kopt::Impl::make_offload_engine(
+      kopt::memory_space_of<Mem>(), kopt::dtype_of<ParamT>(), kopt::AdamConfig{}, options);
   auto& engine = dynamic_cast<Engine&>(*base);
   engine.add_group(kopt::AdamConfig{});
   engine.add("w", kopt::Tensor(param), kopt::Tensor(grad), 0);

@@ -5,7 +5,7 @@
 // copy and triad are reported too, for reference only: triad's written array is not read, so
 // it pays a write-allocate read that in-place stores do not, and is the wrong ceiling for Adam.
 
-#include <kopt/adam_kernel.hpp>
+#include <kopt/impl/update_kernel.hpp>
 
 namespace kopt_perf {
 

@@ -10,7 +10,7 @@ work="${2:-$root/build/fuzz}"
 mkdir -p "$work/corpus"
 clang++ -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
   -I"$root/include" "$root/fuzz/fuzz_checkpoint_index.cpp" "$root/src/checkpoint_format.cpp" \
-  "$root/src/checkpoint_checks.cpp" "$root/src/adam_config.cpp" \
+  "$root/src/checkpoint_checks.cpp" "$root/src/adam_config.cpp" "$root/src/algorithms.cpp" \
   -o "$work/fuzz_checkpoint_index"
 "$work/fuzz_checkpoint_index" -max_total_time="$seconds" -rss_limit_mb=2048 -max_len=4096 \
   -print_final_stats=1 "$work/corpus"

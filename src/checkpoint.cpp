@@ -99,25 +99,25 @@ void HybridOptimizer::save(const std::string& path) {
   const std::string data_file = (fs::path(path) / Impl::data_file_name(generation, rank)).string();
   bool wrote_data = false;
   try {
-    for (std::size_t g = 0; g < groups_.size(); ++g) index.groups.push_back(groups_[g].config());
+    for (std::size_t g = 0; g < groups_.size(); ++g) index.groups.push_back(groups_[g].algorithm());
     Impl::StateWriter writer(data_file, generation, rank);
     for (std::size_t g = 0; g < groups_.size(); ++g)
       for (const ParamSpec& p : groups_[g].params()) {
         const Placement& at = find_(p.name);
-        const bool has_max = groups_[g].config().amsgrad;
+        const auto arrays = static_cast<std::uint8_t>(Impl::arrays_of(groups_[g].algorithm()));
         const bool has_master = p.param.dtype != DType::f32;
         index.params.push_back(Impl::IndexParam{p.name, static_cast<std::uint32_t>(g),
                                                 p.param.dtype, global_numel(p.param),
-                                                step_count(p.name), has_max, has_master});
+                                                step_count(p.name), arrays, has_master});
         if (at.engine == kNone) continue;
         const Tensor piece = shards_ ? shards_->local_param(at.ordinal) : p.param;
         Impl::IndexBlock block{static_cast<std::uint32_t>(index.params.size() - 1),
                                piece.global_offset, piece.numel, rank};
-        // Streamed from the engine a span at a time (an array it does not keep yet, the
-        // amsgrad max switched on since the last step, reads as the zeros it would start
-        // from).
+        // Streamed from the engine a span at a time (an array it does not keep yet, e.g.
+        // the amsgrad max switched on since the last step, reads as the zeros it would
+        // start from).
         writer.append(*engines_[at.engine], p.name, piece.numel,
-                      Impl::block_arrays(has_max, has_master), block);
+                      Impl::block_arrays(arrays, has_master), block);
         blocks.push_back(block);
       }
     writer.commit();
@@ -174,7 +174,7 @@ void HybridOptimizer::load(const std::string& path, const LoadOptions& options) 
                    "params or state");
   Communicator& comm = world_();
   const std::string index_file = (fs::path(path) / Impl::kIndexName).string();
-  std::vector<AdamConfig> configs(groups_.size());
+  std::vector<AlgorithmConfig> configs(groups_.size());
   std::vector<bool> config_found(groups_.size(), false);
   std::vector<std::int64_t> steps(where_.size(), -1);  // -1: not in the file
   // The local pieces to read, checked now and applied once every rank checked its own.
@@ -212,7 +212,12 @@ void HybridOptimizer::load(const std::string& path, const LoadOptions& options) 
             index_file << ": param '" << p.name << "' was saved as " << name_of(q.dtype) << "["
                        << q.global_numel << "], it is " << name_of(p.param.dtype) << "["
                        << global_numel(p.param) << "]");
-        const AdamConfig& saved = index.groups[q.group];
+        const AlgorithmConfig& saved = index.groups[q.group];
+        KOPT_THROW_IF_AS(CheckpointError, saved.index() != groups_[g].algorithm().index(),
+                         index_file << ": param '" << p.name << "' was saved by "
+                                    << algorithm_name(saved) << ", its group " << g << " runs "
+                                    << algorithm_name(groups_[g].algorithm())
+                                    << " (state of one algorithm does not load into another)");
         KOPT_THROW_IF_AS(CheckpointError, config_found[g] && !(configs[g] == saved),
                          index_file << ": group " << g << " holds params saved with different "
                                     << "configs ('" << p.name << "' and an earlier one)");
@@ -230,7 +235,7 @@ void HybridOptimizer::load(const std::string& path, const LoadOptions& options) 
                                 << " params this optimizer does not have (LoadOptions::partial "
                                 << "ignores them)");
     for (std::size_t g = 0; g < groups_.size(); ++g)
-      if (config_found[g]) configs[g].validate();
+      if (config_found[g]) kopt::validate(configs[g]);
     if (index.has_scaler && scaler_) {
       try {  // against this optimizer's scaler options (the growth interval)
         LossScaler(*options_.loss_scaling).restore(index.scale, index.growth_tracker);
@@ -267,15 +272,15 @@ void HybridOptimizer::load(const std::string& path, const LoadOptions& options) 
     failed_step_.clear();
 }
 
-void HybridOptimizer::apply_loaded_(const std::vector<AdamConfig>& configs,
+void HybridOptimizer::apply_loaded_(const std::vector<AlgorithmConfig>& configs,
                                     const std::vector<bool>& config_found,
                                     const std::vector<std::int64_t>& steps) {
   for (std::size_t g = 0; g < groups_.size(); ++g)
-    if (config_found[g]) groups_[g].config() = configs[g];
+    if (config_found[g]) groups_[g].set_algorithm(configs[g]);  // the same algorithm (checked)
   for (std::size_t e = 0; e < engines_.size(); ++e)
     for (std::size_t g = 0; g < groups_.size(); ++g)
       if (engine_group_[e][g] != kNone)
-        engines_[e]->config(engine_group_[e][g]) = groups_[g].config();
+        engines_[e]->set_config(engine_group_[e][g], groups_[g].algorithm());
   if (shards_)
     for (std::size_t i = 0; i < steps.size(); ++i)
       if (steps[i] >= 0) sharded_steps_[i] = steps[i];

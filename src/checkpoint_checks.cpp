@@ -1,3 +1,4 @@
+#include <bit>
 // What a reader requires of an index beyond well-formed bytes (docs/checkpoint-format.md,
 // "What a reader enforces"). Checksums catch torn and flipped bytes; they cannot catch a file
 // whose content lies: a buggy writer, two runs' files merged, a hand-edited index. Each check
@@ -48,9 +49,11 @@ void check_params(const Index& index, const std::string& file) {
                      who << ": has_master = " << p.has_master << " for "
                          << (p.dtype == DType::f32 ? "an f32 param (it has no master)"
                                                    : "a 16-bit param (it has an fp32 master)"));
-    KOPT_THROW_IF_AS(CheckpointError, p.has_max != index.groups[p.group].amsgrad,
-                     who << ": has_max = " << p.has_max << " in group " << p.group
-                         << " whose amsgrad is " << index.groups[p.group].amsgrad);
+    const AlgorithmConfig& group = index.groups[p.group];
+    const unsigned arrays = arrays_of(group);
+    KOPT_THROW_IF_AS(CheckpointError, p.arrays != arrays,
+                     who << ": arrays = " << int{p.arrays} << " in group " << p.group << " of "
+                         << algorithm_name(group) << ", whose config keeps arrays " << arrays);
   }
 }
 
@@ -71,7 +74,8 @@ void check_block_fields(const Index& index, const std::string& file) {
     KOPT_THROW_IF_AS(
         CheckpointError, b.rank >= index.world_size,
         who << " of '" << p.name << "': rank " << b.rank << " in a world of " << index.world_size);
-    const std::uint64_t per_element = 4u * (2u + p.has_max + p.has_master);
+    const std::uint64_t per_element =
+        4u * (static_cast<unsigned>(std::popcount(unsigned{p.arrays})) + p.has_master);
     const auto length = static_cast<std::uint64_t>(b.length);
     KOPT_THROW_IF_AS(CheckpointError,
                      length > u64_max / per_element || b.bytes != per_element * length,

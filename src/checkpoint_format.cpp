@@ -1,3 +1,4 @@
+#include <algorithm>
 // The checkpoint format's bytes: checksums, little-endian records (files: checkpoint_files.cpp).
 #include <array>
 #include <bit>
@@ -5,6 +6,8 @@
 #include <cstring>
 #include <kopt/error.hpp>
 #include <kopt/impl/checkpoint_format.hpp>
+#include <type_traits>
+#include <variant>
 
 namespace kopt::Impl {
 
@@ -61,8 +64,8 @@ struct Reader {
   /// `count` records of at least `bytes` bytes each (a count field that lies is named).
   void need_records(std::uint64_t count, std::size_t bytes, const char* what) const {
     KOPT_THROW_IF_AS(CheckpointError, count > (size - at) / bytes,
-                     file << ": " << count << " " << what << " at byte " << at << ", "
-                          << size - at << " bytes of metadata left (corrupt metadata)");
+                     file << ": " << count << " " << what << " at byte " << at << ", " << size - at
+                          << " bytes of metadata left (corrupt metadata)");
   }
   /// A bool field: 0 or 1, nothing else (a byte of 2 would otherwise load as `true`).
   bool get_bool(const std::string& what) {
@@ -82,26 +85,64 @@ struct Reader {
   }
 };
 
-void put_config(Writer& w, const AdamConfig& c) {
-  for (const double x : {c.lr, c.beta1, c.beta2, c.eps, c.weight_decay}) w.put(x);
-  for (const bool b : {c.decoupled, c.amsgrad, c.bias_correction, c.maximize})
-    w.put(static_cast<std::uint8_t>(b));
+/// Version 2: the algorithm's name, then its fields (AlgorithmConfig's visit_fields order):
+/// doubles as f64, bools as one byte. Version 1 wrote Adam's fields alone.
+void put_config(Writer& w, const AlgorithmConfig& config) {
+  w.put_string(algorithm_name(config));
+  std::visit(
+      [&](auto c) {
+        c.visit_fields([&](const char*, auto& field) {
+          if constexpr (std::is_same_v<std::decay_t<decltype(field)>, bool>)
+            w.put(static_cast<std::uint8_t>(field));
+          else
+            w.put(static_cast<double>(field));
+        });
+      },
+      config);
 }
 
-AdamConfig get_config(Reader& r, std::uint32_t g) {
-  AdamConfig c;
-  for (double* x : {&c.lr, &c.beta1, &c.beta2, &c.eps, &c.weight_decay}) *x = r.get<double>();
+/// The bytes version 2 stores for a config of algorithm `algorithm`.
+std::size_t config_bytes(std::size_t algorithm) {
+  return visit_config_type(algorithm, [](auto c) {
+    std::size_t bytes = 4 + std::strlen(c.name);
+    c.visit_fields([&](const char*, auto& field) { bytes += sizeof(field) == 1 ? 1 : 8; });
+    return bytes;
+  });
+}
+
+/// The fewest bytes a group's config takes in an index of `version`.
+std::size_t fewest_config_bytes(std::uint32_t version) {
+  if (version == 1) return 44;  // Adam's fields
+  std::size_t fewest = config_bytes(0);
+  for (std::size_t a = 1; a < num_algorithms; ++a) fewest = std::min(fewest, config_bytes(a));
+  return fewest;
+}
+
+AlgorithmConfig get_config(Reader& r, std::uint32_t g, std::uint32_t version) {
   const std::string group = "group " + std::to_string(g);
-  c.decoupled = r.get_bool(group + " decoupled");
-  c.amsgrad = r.get_bool(group + " amsgrad");
-  c.bias_correction = r.get_bool(group + " bias_correction");
-  c.maximize = r.get_bool(group + " maximize");
+  std::size_t algorithm = 0;  // version 1: Adam
+  if (version >= 2) {
+    const std::string name = r.get_string();
+    algorithm = algorithm_index(name);
+    KOPT_THROW_IF_AS(
+        CheckpointError, algorithm == num_algorithms,
+        r.file << ": " << group << ": algorithm '" << name << "' is not one this kopt has");
+  }
+  AlgorithmConfig config = visit_config_type(algorithm, [&](auto c) -> AlgorithmConfig {
+    c.visit_fields([&](const char* name, auto& field) {
+      if constexpr (std::is_same_v<std::decay_t<decltype(field)>, bool>)
+        field = r.get_bool(group + " " + name);
+      else
+        field = r.get<double>();
+    });
+    return c;
+  });
   try {
-    c.validate();
+    kopt::validate(config);
   } catch (const Error& e) {
     KOPT_THROW_IF_AS(CheckpointError, true, r.file << ": " << group << ": " << embedded(e.what()));
   }
-  return c;
+  return config;
 }
 
 void put_block(Writer& w, const IndexBlock& b) {
@@ -160,7 +201,7 @@ std::vector<unsigned char> serialize_index(const Index& index) {
   body.put(index.scale);
   body.put(index.growth_tracker);
   body.put(static_cast<std::uint32_t>(index.groups.size()));
-  for (const AdamConfig& c : index.groups) put_config(body, c);
+  for (const AlgorithmConfig& c : index.groups) put_config(body, c);
   body.put(static_cast<std::uint32_t>(index.params.size()));
   for (const IndexParam& p : index.params) {
     body.put_string(p.name);
@@ -168,7 +209,7 @@ std::vector<unsigned char> serialize_index(const Index& index) {
     body.put(static_cast<std::uint8_t>(p.dtype));
     body.put(p.global_numel);
     body.put(p.step);
-    body.put(static_cast<std::uint8_t>(p.has_max));
+    body.put(p.arrays);
     body.put(static_cast<std::uint8_t>(p.has_master));
   }
   const std::vector<unsigned char> blocks = serialize_blocks(index.blocks);
@@ -197,11 +238,12 @@ Index parse_index(const std::vector<unsigned char>& bytes, const std::string& fi
   const auto head_crc = h.get<std::uint32_t>();
   KOPT_THROW_IF_AS(CheckpointError, head_crc != crc32c(bytes.data(), 28),
                    file << ": header checksum mismatch (corrupt file)");
+  KOPT_THROW_IF_AS(CheckpointError, version < 1 || version > kCheckpointVersion,
+                   file << ": format version " << version << "; this kopt reads versions 1 to "
+                        << kCheckpointVersion);
   KOPT_THROW_IF_AS(
-      CheckpointError, version != kCheckpointVersion,
-      file << ": format version " << version << "; this kopt reads version " << kCheckpointVersion);
-  KOPT_THROW_IF_AS(CheckpointError, flags != 0,
-                   file << ": header flags are " << flags << "; version 1 writes 0");
+      CheckpointError, flags != 0,
+      file << ": header flags are " << flags << "; version " << version << " writes 0");
   KOPT_THROW_IF_AS(CheckpointError, body_len != bytes.size() - kIndexHeaderBytes,
                    file << ": " << bytes.size() - kIndexHeaderBytes << " bytes of metadata, the "
                         << "header says " << body_len << " (truncated file?)");
@@ -215,8 +257,8 @@ Index parse_index(const std::vector<unsigned char>& bytes, const std::string& fi
   index.scale = r.get<double>();
   index.growth_tracker = r.get<std::int64_t>();
   const auto groups = r.get<std::uint32_t>();
-  r.need_records(groups, 44, "groups");  // the bytes of a config
-  for (std::uint32_t g = 0; g < groups; ++g) index.groups.push_back(get_config(r, g));
+  r.need_records(groups, fewest_config_bytes(version), "groups");
+  for (std::uint32_t g = 0; g < groups; ++g) index.groups.push_back(get_config(r, g, version));
   const auto params = r.get<std::uint32_t>();
   r.need_records(params, 28, "params");  // the fewest bytes of a param (a 1-character name)
   for (std::uint32_t p = 0; p < params; ++p) {
@@ -226,7 +268,10 @@ Index parse_index(const std::vector<unsigned char>& bytes, const std::string& fi
     const auto dtype = r.get<std::uint8_t>();
     q.global_numel = r.get<std::int64_t>();
     q.step = r.get<std::int64_t>();
-    q.has_max = r.get_bool("param '" + q.name + "' has_max");
+    if (version == 1)  // has_max: Adam's moments, and the amsgrad max
+      q.arrays = r.get_bool("param '" + q.name + "' has_max") ? 7 : 3;
+    else
+      q.arrays = r.get<std::uint8_t>();
     q.has_master = r.get_bool("param '" + q.name + "' has_master");
     KOPT_THROW_IF_AS(CheckpointError, dtype > static_cast<std::uint8_t>(DType::f16),
                      file << ": param '" << q.name << "' has dtype code " << int{dtype});

@@ -18,8 +18,8 @@ void set_checkpoint_span_floats(std::int64_t n) {
   span_floats = n > 0 && n < kFullSpan ? n : kFullSpan;
 }
 
-std::array<bool, 4> block_arrays(bool has_max, bool has_master) {
-  return {true, true, has_max, has_master};
+std::array<bool, 4> block_arrays(unsigned arrays, bool has_master) {
+  return {(arrays & 1u) != 0, (arrays & 2u) != 0, (arrays & 4u) != 0, has_master};
 }
 
 StateWriter::StateWriter(const std::string& path, std::uint64_t generation, std::uint32_t rank)
@@ -108,7 +108,7 @@ void StateReader::check(std::uint32_t param, std::int64_t offset, std::int64_t n
 void StateReader::apply(std::uint32_t param, std::int64_t offset, std::int64_t n, Engine& engine,
                         const std::string& name) {
   const IndexParam& p = index_.params[param];
-  const std::array<bool, 4> arrays = block_arrays(p.has_max, p.has_master);
+  const std::array<bool, 4> arrays = block_arrays(p.arrays, p.has_master);
   const std::int64_t per_span = span_floats;
   for (std::size_t k = index_.first_block[param]; k < index_.first_block[param + 1]; ++k) {
     const IndexBlock& b = index_.blocks[k];

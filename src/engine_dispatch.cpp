@@ -13,8 +13,10 @@ namespace {
 // Host memory is served by the best host space this Kokkos has.
 using HostExec = Kokkos::DefaultHostExecutionSpace;
 
-std::string label_for(MemorySpace space, DType dtype, const char* kind = "") {
-  return std::string("kopt::HybridOptimizer[") + name_of(space) + "," + name_of(dtype) + kind + "]";
+std::string label_for(MemorySpace space, DType dtype, const AlgorithmConfig& algorithm,
+                      const char* kind = "") {
+  return std::string("kopt::HybridOptimizer[") + name_of(space) + "," + name_of(dtype) + "," +
+         algorithm_name(algorithm) + kind + "]";
 }
 }  // namespace
 
@@ -44,32 +46,38 @@ const char* engine_space_for(MemorySpace space) {
           << ")");
 }
 
-std::unique_ptr<Engine> make_engine(MemorySpace space, DType dtype) {
+std::unique_ptr<Engine> make_engine(MemorySpace space, DType dtype,
+                                    const AlgorithmConfig& algorithm) {
   const std::string where = engine_space_for(space);  // throws NotCompiled first
+  const std::string label = label_for(space, dtype, algorithm);
 #ifdef KOKKOS_ENABLE_CUDA
   if (where == Kokkos::Cuda::name())
-    return std::make_unique<EngineFor<Kokkos::Cuda>>(Kokkos::Cuda(), label_for(space, dtype));
+    return make_fused_engine(Kokkos::Cuda(), algorithm.index(), label);
 #endif
-  return std::make_unique<EngineFor<HostExec>>(HostExec(), label_for(space, dtype));
+  return make_fused_engine(HostExec(), algorithm.index(), label);
 }
 
 // src/offload_host.cpp
-std::unique_ptr<Engine> make_host_offload_engine(const OffloadOptions& options,
+std::unique_ptr<Engine> make_host_offload_engine(std::size_t algorithm,
+                                                 const OffloadOptions& options,
                                                  const std::string& label);
 #ifdef KOKKOS_ENABLE_CUDA
 // backends/cuda/offload_cuda.cpp
-std::unique_ptr<Engine> make_cuda_offload_engine(const OffloadOptions& options,
+std::unique_ptr<Engine> make_cuda_offload_engine(std::size_t algorithm,
+                                                 const OffloadOptions& options,
                                                  const std::string& label);
 #endif
 
 std::unique_ptr<Engine> make_offload_engine(MemorySpace space, DType dtype,
+                                            const AlgorithmConfig& algorithm,
                                             const OffloadOptions& options) {
   const std::string where = engine_space_for(space);  // throws NotCompiled first
-  const std::string label = label_for(space, dtype, ",offload");
+  const std::string label = label_for(space, dtype, algorithm, ",offload");
 #ifdef KOKKOS_ENABLE_CUDA
-  if (where == Kokkos::Cuda::name()) return make_cuda_offload_engine(options, label);
+  if (where == Kokkos::Cuda::name())
+    return make_cuda_offload_engine(algorithm.index(), options, label);
 #endif
-  return make_host_offload_engine(options, label);
+  return make_host_offload_engine(algorithm.index(), options, label);
 }
 
 void copy_bytes(void* dst, MemorySpace dst_space, const void* src, MemorySpace src_space,

@@ -17,17 +17,18 @@ namespace kopt {
 namespace {
 constexpr std::size_t kNone = std::numeric_limits<std::size_t>::max();
 
-/// The optimizer state a param would hold beside it: moments (+ amsgrad max, + an fp32
+/// The optimizer state a param would hold beside it: its algorithm's arrays (+ an fp32
 /// master for 16-bit params), padded as the engines lay them out.
-std::size_t device_state_bytes(const Tensor& param, const AdamConfig& config) {
+std::size_t device_state_bytes(const Tensor& param, const AlgorithmConfig& config) {
   const auto padded = static_cast<std::size_t>((param.numel + 15) / 16 * 16);
-  const std::size_t arrays = 2 + (config.amsgrad ? 1 : 0) + (param.dtype != DType::f32 ? 1 : 0);
+  const std::size_t arrays =
+      Impl::arrays_kept(config) + (param.dtype != DType::f32 ? std::size_t{1} : 0);
   return padded * arrays * sizeof(float);
 }
 
-void validate_group_config(const AdamConfig& config, std::size_t g) {
+void validate_group_config(const AlgorithmConfig& config, std::size_t g) {
   try {
-    config.validate();
+    kopt::validate(config);
   } catch (const InvalidArgument& e) {
     KOPT_THROW_IF(true, "kopt::HybridOptimizer: group " << g << ": " << Impl::embedded(e.what()));
   }
@@ -70,7 +71,7 @@ HybridOptimizer::HybridOptimizer(std::vector<ParamGroup> groups, const HybridOpt
   std::set<std::string> names;
   const std::string host_space = Impl::engine_space_for(MemorySpace::host);
   for (std::size_t g = 0; g < groups_.size(); ++g) {
-    validate_group_config(groups_[g].config(), g);
+    validate_group_config(groups_[g].algorithm(), g);
     for (const ParamSpec& p : groups_[g].params()) {
       KOPT_THROW_IF(p.param.is_shard() && !options_.sharding,
                     "kopt::HybridOptimizer: parameter '"
@@ -84,7 +85,7 @@ HybridOptimizer::HybridOptimizer(std::vector<ParamGroup> groups, const HybridOpt
       if (!item.offloaded && item.space != host_space) {
         candidates.push_back(pending.size());
         candidate_bytes.push_back(
-            device_state_bytes(local_param(pending.size(), p.param), groups_[g].config()));
+            device_state_bytes(local_param(pending.size(), p.param), groups_[g].algorithm()));
       }
       pending.push_back(std::move(item));
     }
@@ -93,7 +94,8 @@ HybridOptimizer::HybridOptimizer(std::vector<ParamGroup> groups, const HybridOpt
   for (std::size_t i = 0; i < candidates.size(); ++i)
     if (chosen[i]) pending[candidates[i]].offloaded = true;
 
-  std::map<std::tuple<std::string, DType, bool>, std::size_t> engine_of;
+  // One engine per (execution space, dtype, offloaded, algorithm).
+  std::map<std::tuple<std::string, DType, bool, std::size_t>, std::size_t> engine_of;
   for (std::size_t ordinal = 0; ordinal < pending.size(); ++ordinal) {
     const Pending& item = pending[ordinal];
     const ParamSpec& p = *item.spec;
@@ -101,19 +103,21 @@ HybridOptimizer::HybridOptimizer(std::vector<ParamGroup> groups, const HybridOpt
       where_.emplace(p.name, Placement{kNone, item.group, item.offloaded, ordinal});
       continue;
     }
-    const auto key = std::make_tuple(item.space, p.param.dtype, item.offloaded);
+    const AlgorithmConfig& algorithm = groups_[item.group].algorithm();
+    const auto key = std::make_tuple(item.space, p.param.dtype, item.offloaded, algorithm.index());
     auto it = engine_of.find(key);
     if (it == engine_of.end()) {
       it = engine_of.emplace(key, engines_.size()).first;
       engines_.push_back(
-          item.offloaded ? Impl::make_offload_engine(p.param.space, p.param.dtype, options_.offload)
-                         : Impl::make_engine(p.param.space, p.param.dtype));
+          item.offloaded
+              ? Impl::make_offload_engine(p.param.space, p.param.dtype, algorithm, options_.offload)
+              : Impl::make_engine(p.param.space, p.param.dtype, algorithm));
       engine_group_.emplace_back(groups_.size(), kNone);
       engine_params_.emplace_back();
     }
     const std::size_t e = it->second;
     std::size_t& eg = engine_group_[e][item.group];
-    if (eg == kNone) eg = engines_[e]->add_group(groups_[item.group].config());
+    if (eg == kNone) eg = engines_[e]->add_group(algorithm);
     if (shards_)
       engines_[e]->add(p.name, shards_->local_param(ordinal), shards_->local_grad(ordinal), eg);
     else
@@ -163,11 +167,11 @@ StepStats HybridOptimizer::step() {
   // Everything that can fail for a reason other than a backend error runs before the first
   // update starts (configs, allocations, collectives), and changes no value: a throw there
   // leaves params, state, step counts and loss scale as they were.
-  for (std::size_t g = 0; g < groups_.size(); ++g) validate_group_config(groups_[g].config(), g);
+  for (std::size_t g = 0; g < groups_.size(); ++g) validate_group_config(groups_[g].algorithm(), g);
   for (std::size_t e = 0; e < engines_.size(); ++e)
     for (std::size_t g = 0; g < groups_.size(); ++g)
       if (engine_group_[e][g] != kNone)
-        engines_[e]->config(engine_group_[e][g]) = groups_[g].config();
+        engines_[e]->set_config(engine_group_[e][g], groups_[g].algorithm());
   for (const auto& engine : engines_) engine->prepare_step();
 
   const double scale = scaler_ ? scaler_->scale() : 1.0;

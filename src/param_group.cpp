@@ -9,11 +9,16 @@ const char* name_of(StatePlacement placement) {
   return placement == StatePlacement::host ? "host" : "with_params";
 }
 
-ParamGroup::ParamGroup(const AdamConfig& config, StatePlacement placement)
+ParamGroup::ParamGroup(const AlgorithmConfig& config, StatePlacement placement)
     : config_(config), placement_(placement) {
-  config_.validate();
+  kopt::validate(config_);
   KOPT_THROW_IF(placement != StatePlacement::with_params && placement != StatePlacement::host,
                 "ParamGroup: invalid StatePlacement " << static_cast<int>(placement));
+}
+
+void ParamGroup::set_algorithm(const AlgorithmConfig& config) {
+  kopt::validate(config);
+  config_ = config;
 }
 
 ParamGroup& ParamGroup::add(const std::string& name, const Tensor& param, const Tensor& grad) {

@@ -20,19 +20,19 @@ bool is_update_dtype(DType dtype) {
 ParamRegistry::ParamRegistry(SpaceMask accepted, std::string owner)
     : accepted_(accepted), owner_(std::move(owner)) {}
 
-std::size_t ParamRegistry::add_group(const AdamConfig& config) {
-  config.validate();
+std::size_t ParamRegistry::add_group(const AlgorithmConfig& config) {
+  kopt::validate(config);
   configs_.push_back(config);
   return configs_.size() - 1;
 }
 
-AdamConfig& ParamRegistry::config(std::size_t group) {
+AlgorithmConfig& ParamRegistry::config(std::size_t group) {
   KOPT_THROW_IF(group >= configs_.size(), owner_ << ": group " << group << " does not exist ("
                                                  << configs_.size() << " groups)");
   return configs_[group];
 }
 
-const AdamConfig& ParamRegistry::config(std::size_t group) const {
+const AlgorithmConfig& ParamRegistry::config(std::size_t group) const {
   return const_cast<ParamRegistry*>(this)->config(group);
 }
 
@@ -145,7 +145,7 @@ void ParamRegistry::rebind(const std::string& name, const Tensor& param, const T
 void ParamRegistry::validate_configs() const {
   for (std::size_t g = 0; g < configs_.size(); ++g) {
     try {
-      configs_[g].validate();
+      kopt::validate(configs_[g]);
     } catch (const InvalidArgument& e) {
       KOPT_THROW_IF(true, owner_ << ": group " << g << ": " << Impl::embedded(e.what()));
     }

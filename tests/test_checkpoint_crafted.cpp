@@ -93,8 +93,10 @@ struct Crafted {
 };
 
 // Body offsets of the serialized index (docs/checkpoint-format.md): the header is 32 bytes.
-constexpr std::size_t kBody = 32, kGroupCount = kBody + 29, kFirstConfig = kGroupCount + 4;
-constexpr std::size_t kConfigBytes = 44, kParamCount = kFirstConfig + 2 * kConfigBytes;
+// A group is its algorithm's name (4-byte length, "adam"), then Adam's 44 bytes of fields.
+constexpr std::size_t kBody = 32, kGroupCount = kBody + 29, kFirstGroup = kGroupCount + 4;
+constexpr std::size_t kFirstConfig = kFirstGroup + 8, kGroupBytes = 52;
+constexpr std::size_t kParamCount = kFirstGroup + 2 * kGroupBytes;
 
 void put_u32(Bytes& b, std::size_t at, std::uint32_t v) {
   for (int k = 0; k < 4; ++k) b[at + k] = static_cast<unsigned char>(v >> (8 * k));
@@ -153,21 +155,21 @@ std::vector<Lie> lies() {
       {"amsgrad param without its max",
        [](Crafted& c) {
          const IndexBlock b = c.block("p3");
-         c.index.params[c.param("p3")].has_max = false;
+         c.index.params[c.param("p3")].arrays = 3;  // Adam's moments without the max
          c.drop_blocks("p3");
          c.append("p3", 0, 8199, c.slice(b, 0, 8199, 2));
        },
-       "'p3': has_max = 0"},
+       "'p3': arrays = 3 in group 1 of adam, whose config keeps arrays 7"},
       {"a max in a group without amsgrad",
        [](Crafted& c) {
          const IndexBlock b = c.block("p4");
-         c.index.params[c.param("p4")].has_max = true;
+         c.index.params[c.param("p4")].arrays = 7;
          c.drop_blocks("p4");
          Bytes bytes = c.slice(b, 0, 13, 2);
          bytes.resize(bytes.size() + 13 * 4, 0);
          c.append("p4", 0, 13, bytes);
        },
-       "'p4': has_max = 1"},
+       "'p4': arrays = 7 in group 0 of adam, whose config keeps arrays 3"},
       // Step counts and the loss scaler.
       {"step INT64_MAX", [](Crafted& c) { c.index.params[c.param("p0")].step = i64_max; },
        "'p0': step count"},
@@ -186,9 +188,11 @@ std::vector<Lie> lies() {
       {"has-scaler byte 2", [](Crafted& c) { c.patch = [](Bytes& b) { b[32 + 12] = 2; }; },
        "has loss scaler is 2"},
       // Configs, groups, dtypes.
-      {"lr NaN", [](Crafted& c) { c.index.groups[0].lr = std::nan(""); },
+      {"lr NaN",
+       [](Crafted& c) { std::get<kopt::AdamConfig>(c.index.groups[0]).lr = std::nan(""); },
        "group 0: AdamConfig.lr = nan"},
-      {"negative eps", [](Crafted& c) { c.index.groups[1].eps = -1; }, "group 1: AdamConfig.eps"},
+      {"negative eps", [](Crafted& c) { std::get<kopt::AdamConfig>(c.index.groups[1]).eps = -1; },
+       "group 1: AdamConfig.eps"},
       {"group out of range", [](Crafted& c) { c.index.params[c.param("p2")].group = 7; },
        "'p2': group 7"},
       {"dtype code 9", [](Crafted& c) { c.index.params[c.param("p2")].dtype = kopt::DType(9); },
@@ -220,8 +224,10 @@ std::vector<Lie> lies() {
        "share bytes"},
       {"another generation", [](Crafted& c) { c.index.generation ^= 1; }, "cannot open"},
       // Every other field, one by one.
-      {"format version 2", [](Crafted& c) { c.patch = [](Bytes& b) { b[8] = 2; }; },
-       "format version 2"},
+      {"format version 3", [](Crafted& c) { c.patch = [](Bytes& b) { b[8] = 3; }; },
+       "format version 3"},
+      {"format version 0", [](Crafted& c) { c.patch = [](Bytes& b) { b[8] = 0; }; },
+       "format version 0"},
       {"loss scale 0", [](Crafted& c) { c.index.scale = 0; }, "loss scale 0"},
       {"loss scale -inf",
        [](Crafted& c) { c.index.scale = -std::numeric_limits<double>::infinity(); },
@@ -230,16 +236,18 @@ std::vector<Lie> lies() {
       {"group count past the file",
        [](Crafted& c) { c.patch = [](Bytes& b) { put_u32(b, kGroupCount, 1000); }; },
        "1000 groups"},
-      {"beta1 1", [](Crafted& c) { c.index.groups[0].beta1 = 1; }, "group 0: AdamConfig.beta1"},
-      {"beta2 NaN", [](Crafted& c) { c.index.groups[1].beta2 = std::nan(""); },
+      {"beta1 1", [](Crafted& c) { std::get<kopt::AdamConfig>(c.index.groups[0]).beta1 = 1; },
+       "group 0: AdamConfig.beta1"},
+      {"beta2 NaN",
+       [](Crafted& c) { std::get<kopt::AdamConfig>(c.index.groups[1]).beta2 = std::nan(""); },
        "group 1: AdamConfig.beta2"},
-      {"weight decay -1", [](Crafted& c) { c.index.groups[0].weight_decay = -1; },
+      {"weight decay -1",
+       [](Crafted& c) { std::get<kopt::AdamConfig>(c.index.groups[0]).weight_decay = -1; },
        "group 0: AdamConfig.weight_decay"},
-      {"decoupled byte 2",
-       [](Crafted& c) { c.patch = [](Bytes& b) { b[kFirstConfig + 40] = 2; }; },
+      {"decoupled byte 2", [](Crafted& c) { c.patch = [](Bytes& b) { b[kFirstConfig + 40] = 2; }; },
        "group 0 decoupled is 2"},
       {"amsgrad byte 2",
-       [](Crafted& c) { c.patch = [](Bytes& b) { b[kFirstConfig + kConfigBytes + 41] = 2; }; },
+       [](Crafted& c) { c.patch = [](Bytes& b) { b[kFirstConfig + kGroupBytes + 41] = 2; }; },
        "group 1 amsgrad is 2"},
       {"bias correction byte 2",
        [](Crafted& c) { c.patch = [](Bytes& b) { b[kFirstConfig + 42] = 2; }; },
@@ -250,14 +258,22 @@ std::vector<Lie> lies() {
        [](Crafted& c) { c.patch = [](Bytes& b) { put_u32(b, kParamCount, 1u << 30); }; },
        "1073741824 params"},
       {"name length past the file",
-       [](Crafted& c) {
-         c.patch = [](Bytes& b) { put_u32(b, record_of(b, "p3"), 1u << 30); };
-       },
+       [](Crafted& c) { c.patch = [](Bytes& b) { put_u32(b, record_of(b, "p3"), 1u << 30); }; },
        "a name of 1073741824 bytes"},
       {"an empty name", [](Crafted& c) { c.index.params[c.param("p7")].name = ""; },
        "a param has an empty name"},
-      {"has_max byte 2", [](Crafted& c) { c.patch = record_byte("p1", 6 + 21, 2); },
-       "param 'p1' has_max is 2"},
+      {"array mask 2", [](Crafted& c) { c.patch = record_byte("p1", 6 + 21, 2); },
+       "param 'p1': arrays = 2"},
+      {"array mask 255", [](Crafted& c) { c.patch = record_byte("p2", 6 + 21, 255); },
+       "param 'p2': arrays = 255"},
+      {"an algorithm kopt does not have",
+       [](Crafted& c) { c.patch = [](Bytes& b) { b[kFirstGroup + 4 + 3] = 'x'; }; },
+       "group 0: algorithm 'adax' is not one this kopt has"},
+      {"an algorithm name past the file",
+       [](Crafted& c) {
+         c.patch = [](Bytes& b) { put_u32(b, kFirstGroup + kGroupBytes, 1u << 30); };
+       },
+       "a name of 1073741824 bytes"},
       {"has_master byte 2", [](Crafted& c) { c.patch = record_byte("p1", 6 + 22, 2); },
        "param 'p1' has_master is 2"},
       {"an f32 param with a master",

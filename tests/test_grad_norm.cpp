@@ -183,7 +183,7 @@ void team_path_matches_host_path(std::int64_t n, std::int64_t offset, std::int64
   std::vector<double> v(static_cast<std::size_t>(n));
   for (double& x : v) x = d(rng);
   g.set(v);
-  Kokkos::View<kopt::Impl::AdamSlot*, Kokkos::HostSpace> slots("slots", 1);
+  Kokkos::View<kopt::Impl::UpdateSlot*, Kokkos::HostSpace> slots("slots", 1);
   slots(0).grad = g.tensor().data;
   slots(0).grad_dtype = g.dtype;
   kopt::Impl::GradNorms<Exec> norms;

@@ -100,9 +100,10 @@ TEST(EngineStateSpans, MastersReadAsTheNextUpdateReconcilesThem) {
     std::mt19937 rng(5);
     fill_uniform(param, rng, -1.0f, 1.0f);
     fill_uniform(grad, rng, -1.0f, 1.0f);
-    auto engine =
-        offload ? kopt::Impl::make_offload_engine(kopt::MemorySpace::host, kopt::DType::bf16, {})
-                : kopt::Impl::make_engine(kopt::MemorySpace::host, kopt::DType::bf16);
+    auto engine = offload ? kopt::Impl::make_offload_engine(
+                                kopt::MemorySpace::host, kopt::DType::bf16, kopt::AdamConfig{}, {})
+                          : kopt::Impl::make_engine(kopt::MemorySpace::host, kopt::DType::bf16,
+                                                    kopt::AdamConfig{});
     engine->add_group(kopt::AdamConfig{});
     engine->add("w", kopt::Tensor::from(param.data(), n), kopt::Tensor::from(grad.data(), n), 0);
     engine->step(1.0);

@@ -6,12 +6,16 @@ namespace kopt::Impl {
 
 std::unique_ptr<CopyQueue> make_cuda_copy_queue();
 
-template class OffloadEngine<Kokkos::Cuda, Kokkos::CudaHostPinnedSpace>;
+template class OffloadEngine<Kokkos::Cuda, Kokkos::CudaHostPinnedSpace, AdamPolicy>;
 
-std::unique_ptr<Engine> make_cuda_offload_engine(const OffloadOptions& options,
+std::unique_ptr<Engine> make_cuda_offload_engine(std::size_t algorithm,
+                                                 const OffloadOptions& options,
                                                  const std::string& label) {
-  return std::make_unique<OffloadEngine<Kokkos::Cuda, Kokkos::CudaHostPinnedSpace>>(
-      Kokkos::Cuda(), make_cuda_copy_queue(), make_cuda_copy_queue(), options, label);
+  return visit_policy(algorithm, [&](auto policy) -> std::unique_ptr<Engine> {
+    return std::make_unique<
+        OffloadEngine<Kokkos::Cuda, Kokkos::CudaHostPinnedSpace, decltype(policy)>>(
+        Kokkos::Cuda(), make_cuda_copy_queue(), make_cuda_copy_queue(), options, label);
+  });
 }
 
 }  // namespace kopt::Impl

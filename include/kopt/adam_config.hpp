@@ -23,7 +23,14 @@ inline constexpr std::int64_t max_step_count = std::int64_t{1} << 53;
 ///   bc1 = 1 - beta1^t, bc2 = 1 - beta2^t (both 1 without bias_correction)
 ///   AdamW (decoupled):       p <- p (1 - lr weight_decay)
 ///   p <- p - (lr / bc1) m / (sqrt(v) / sqrt(bc2) + eps)
+namespace Impl {
+struct AdamPolicy;  // kopt/impl/policies/adam.hpp
+}
+
 struct AdamConfig {
+  static constexpr const char* name = "adam";
+  using Policy = Impl::AdamPolicy;
+
   double lr = 1e-3;
   double beta1 = 0.9;
   double beta2 = 0.999;
@@ -38,6 +45,16 @@ struct AdamConfig {
   /// non-finite or out of range (lr >= 0, 0 <= beta < 1, eps > 0, weight_decay >= 0).
   void validate() const;
 
+  /// The state arrays a param of this group keeps (bit k: array k): exp_avg, exp_avg_sq, and
+  /// max_exp_avg_sq with amsgrad.
+  unsigned state_arrays() const { return amsgrad ? 7u : 3u; }
+  /// Calls f(name, field) for every field, in the order a checkpoint stores them.
+  template <class F>
+  void visit_fields(F&& f) {
+    f("lr", lr), f("beta1", beta1), f("beta2", beta2), f("eps", eps);
+    f("weight_decay", weight_decay), f("decoupled", decoupled), f("amsgrad", amsgrad);
+    f("bias_correction", bias_correction), f("maximize", maximize);
+  }
   bool operator==(const AdamConfig&) const = default;
 };
 

@@ -1,23 +1,15 @@
 #pragma once
 /// \file
-/// kopt::FusedAdam: the engine that runs fused Adam/AdamW over many parameters whose memory
-/// an execution space can reach. It keeps the optimizer state (moments, amsgrad max, fp32
-/// masters of 16-bit params) in that space and updates every parameter in one launch per
-/// (param dtype, grad dtype, amsgrad) class present, normally one.
+/// kopt::FusedAdam: the fused engine (kopt::FusedOptimizer) running Adam/AdamW, with its
+/// state under Adam's names. It keeps the moments, the amsgrad max and the fp32 masters of
+/// 16-bit params in the execution space's memory and updates every parameter in one launch
+/// per (param dtype, grad dtype, amsgrad) class present, normally one.
 
-#include <Kokkos_Core.hpp>
-#include <cstdint>
-#include <kopt/adam_config.hpp>
-#include <kopt/adam_kernel.hpp>
-#include <kopt/grad_norm.hpp>
-#include <kopt/impl/param_registry.hpp>
-#include <kopt/tensor.hpp>
-#include <string>
-#include <vector>
+#include <kopt/fused_optimizer.hpp>
 
 namespace kopt {
 
-/// Read-only handles on one parameter's state, in the engine's memory space.
+/// Read-only handles on one parameter's Adam state, in the engine's memory space.
 template <class MemSpace>
 struct AdamStateView {
   Kokkos::View<const float*, MemSpace> exp_avg;
@@ -28,168 +20,62 @@ struct AdamStateView {
 };
 
 template <class ExecSpace>
-class FusedAdam {
+class FusedAdam : public FusedOptimizer<ExecSpace, Impl::AdamPolicy> {
+  using Base = FusedOptimizer<ExecSpace, Impl::AdamPolicy>;
+
  public:
-  using execution_space = ExecSpace;
-  using memory_space = typename ExecSpace::memory_space;
+  using typename Base::memory_space;
 
   /// An engine with one group (index 0) of `config`; validates it. Allocates nothing.
   explicit FusedAdam(const ExecSpace& exec, const AdamConfig& config = AdamConfig{},
-                     std::string label = "kopt::FusedAdam");
+                     std::string label = "kopt::FusedAdam")
+      : Base(exec, config, std::move(label)) {}
 
-  /// Adds a group with its own hyperparameters; returns its index. Validates first.
-  std::size_t add_group(const AdamConfig& config);
-  std::size_t num_groups() const { return registry_.num_groups(); }
-  /// A group's config, mutable between steps (schedules); step() validates it.
-  AdamConfig& config(std::size_t group = 0) { return registry_.config(group); }
-  const AdamConfig& config(std::size_t group = 0) const { return registry_.config(group); }
-
-  /// Registers `param` (updated in place) with `grad` under a unique `name` in `group`.
-  /// Both must live where this engine's execution space can reach them, be f32, bf16 or
-  /// f16, and have equal numel; a null grad means no gradient yet. A 16-bit param gets an
-  /// fp32 master copy, taken from the param by its first update (the param may be written
-  /// until then). Throws a kopt::Error and changes nothing on bad input.
-  void add(const std::string& name, const Tensor& param, const Tensor& grad, std::size_t group = 0);
-  /// Replaces the grad of `name`; a null Tensor means no gradient this step (the param and
-  /// its state are then left untouched by step()). Validates first.
-  void set_grad(const std::string& name, const Tensor& grad) { registry_.set_grad(name, grad); }
-  /// Points `name` at new memory (a framework replaced its tensors): same numel and dtype,
-  /// reachable from this engine. Its state (moments, master, step count) is kept: the new
-  /// param must hold the same values as the old one. Validates first.
-  void rebind(const std::string& name, const Tensor& param, const Tensor& grad) {
-    registry_.rebind(name, param, grad);
+  /// The state of `name` (see FusedOptimizer::state).
+  AdamStateView<memory_space> state(const std::string& name) {
+    auto s = Base::state(name);
+    return {s.arrays[0], s.arrays[1], s.arrays[2], s.master, s.step};
   }
-
-  /// Sum of squares of every present grad, computed on the execution space (blocks until it
-  /// is done), rounded once to double from an exact sum: the same bits in whatever order or
-  /// engines the grads sit (see kopt/grad_norm.hpp). +Inf or NaN when any grad element is not
-  /// finite. Elements of a shard's cut edge blocks that the engine does not hold count as 0.
-  double grad_sum_of_squares();
-  /// The same, unrounded: the exact sum over whole blocks, and the edge fragments of cut
-  /// blocks for the caller to combine with other engines' and ranks' (the optimizer does).
-  void grad_norm_parts(Impl::NormParts& out);
-
-  /// Allocates whatever the next step() needs (state of new params, the chunk tables for the
-  /// params that have grads now). step() calls it first; called before, it makes the step
-  /// itself free of allocation. On failure (std::bad_alloc, a Kokkos allocation error) every
-  /// value is as before and a later call retries.
-  void prepare_step();
-
-  /// One Adam/AdamW step of every param that has a grad, with the grads multiplied by
-  /// `grad_scale` (unscale / clip; must be finite). Enqueues the work on the execution space
-  /// instance and returns without waiting: fence it before reading params on the host.
-  /// Validates every config and argument before touching anything.
-  void step(double grad_scale = 1.0);
-
-  /// Call after the training code wrote new weights into the params: each param's next
-  /// update first reconciles its fp32 master with it, element by element (the param
-  /// widened where the master does not round to it; the exact master kept where it does,
-  /// so a set_state() master survives its own weights). Launches nothing itself.
-  void reload_model_params();
-
-  std::size_t size() const { return registry_.size(); }
-  /// Completed updates of `name`.
-  std::int64_t step_count(const std::string& name) const {
-    return registry_.step(registry_.index_of(name));
-  }
-  /// The state of `name` (allocating the engine's state first if needed). The master of a
-  /// param not updated since it was added, set_state() or reloaded is the one its next
-  /// update would start from given the param now (a copy; the engine's changes only then).
-  AdamStateView<memory_space> state(const std::string& name);
   /// Overwrites the state of `name` from host arrays of numel floats (a checkpoint): the
   /// moments, the amsgrad max (ignored when null or when no group uses amsgrad), the fp32
   /// master (16-bit params only; ignored for f32 ones) and the step count. Blocks. Like
   /// reload_model_params(), the master is reconciled with the param at its next update: the
   /// param's weights may be written before or after this call.
   void set_state(const std::string& name, std::int64_t step, const float* exp_avg,
-                 const float* exp_avg_sq, const float* max_exp_avg_sq, const float* master);
-  /// Elements [offset, offset + count) of the state of `name`, copied into host arrays of
-  /// count floats; a null array is not read. As state() gives them: a max no group keeps
-  /// yet reads as zeros (what it would start from), a master still to be reconciled as its
-  /// next update would take it; an f32 param has no master (null it). Blocks. With
-  /// write_state() and commit_state(), moves a large param's state in bounded pieces.
+                 const float* exp_avg_sq, const float* max_exp_avg_sq, const float* master) {
+    KOPT_THROW_IF(step < 0 || step > max_step_count,
+                  Base::label() << ": set_state('" << name << "'): step count " << step
+                                << " is outside [0, kopt::max_step_count]");
+    Base::write_state(name, 0, Base::numel(name), {exp_avg, exp_avg_sq, max_exp_avg_sq, master});
+    Base::commit_state(name, step);
+  }
+  using Base::read_state;
+  using Base::write_state;
+  /// Elements [offset, offset + count) of the state of `name` into host arrays (see
+  /// FusedOptimizer::read_state; a null array is not read).
   void read_state(const std::string& name, std::int64_t offset, std::int64_t count, float* exp_avg,
-                  float* exp_avg_sq, float* max_exp_avg_sq, float* master);
-  /// Overwrites elements [offset, offset + count) of the state of `name` from host arrays of
-  /// count floats (null: left as it is; a max no group keeps, an f32 param's master: ignored).
-  /// Blocks. The step count and the master's reconciliation wait for commit_state().
+                  float* exp_avg_sq, float* max_exp_avg_sq, float* master) {
+    Base::read_state(name, offset, count, {exp_avg, exp_avg_sq, max_exp_avg_sq, master});
+  }
+  /// Overwrites elements [offset, offset + count) of the state of `name` (see
+  /// FusedOptimizer::write_state; a null array is left as it is).
   void write_state(const std::string& name, std::int64_t offset, std::int64_t count,
                    const float* exp_avg, const float* exp_avg_sq, const float* max_exp_avg_sq,
-                   const float* master);
-  /// After write_state() of every piece: sets the step count of `name` (in [0,
-  /// kopt::max_step_count]) and flags its master to be reconciled with the param at its
-  /// next update, as set_state() does.
-  void commit_state(const std::string& name, std::int64_t step);
-  /// Bytes of optimizer state this engine holds in its memory space.
-  std::size_t state_bytes() const;
-  const ExecSpace& exec() const { return exec_; }
-
- private:
-  using FloatView = Kokkos::View<float*, memory_space>;
-  struct ClassKey {
-    DType param, grad;
-    bool amsgrad;
-    bool operator==(const ClassKey&) const = default;
-  };
-  struct KernelClass {
-    ClassKey key;
-    Kokkos::View<Impl::Chunk*, memory_space> chunks;
-  };
-
-  void ensure_state_();
-  bool plan_current_() const;
-  void build_plan_();  ///< prepare_step()'s: classes, sync tables, slots, scalar sets
-  void fill_slots_();
-  void build_sync_(const std::vector<std::size_t>& entries);
-  FloatView synced_master_(const Impl::ParamEntry& e);
-  std::size_t span_of_(const std::string& name, std::int64_t offset, std::int64_t count,
-                       const char* call) const;
-  void build_classes_(const std::vector<int>& signature, const std::vector<ClassKey>& keys);
-
-  ExecSpace exec_;
-  std::string label_;
-  Impl::ParamRegistry registry_;
-  FloatView exp_avg_, exp_avg_sq_, max_exp_avg_sq_, master_;
-  Kokkos::View<Impl::AdamSlot*, memory_space> slots_;
-  typename Kokkos::View<Impl::AdamSlot*, memory_space>::HostMirror slots_host_;
-  std::vector<int> signature_;  ///< per entry: kernel class + 1, or 0 if skipped
-  std::vector<KernelClass> classes_;
-  Impl::GradNorms<ExecSpace> norms_;  ///< over every present grad, any class
-  std::vector<int> next_signature_;   ///< step()'s scratch
-  std::vector<ClassKey> next_keys_;
-  /// The master sync step() runs first: entries (flagged, updated) and their chunk tables.
-  struct SyncTable {
-    DType dtype;
-    Kokkos::View<Impl::Chunk*, memory_space> chunks;
-  };
-  std::vector<std::size_t> sync_entries_, next_sync_;
-  std::vector<SyncTable> sync_tables_;
-  /// The step plan (classes, sync tables, slots, scalar sets) is kept while the registry's
-  /// version, every group's amsgrad flag and the state arrays stay as they were, so a
-  /// steady-state step touches each param once (its step count), not once per table.
-  bool planned_ = false;
-  std::uint64_t planned_version_ = 0;
-  std::vector<bool> planned_amsgrad_;
-  std::vector<std::size_t> updated_;  ///< entries with a grad, in order
-  /// One row of step scalars per (group, step count) among the updated entries; the slots
-  /// name their row, so a step rewrites this table only.
-  struct ScalarSet {
-    std::size_t group;
-    std::int64_t step;
-  };
-  std::vector<ScalarSet> sets_;
-  Kokkos::View<AdamStepScalars*, memory_space> scalars_;
-  typename Kokkos::View<AdamStepScalars*, memory_space>::HostMirror scalars_host_;
+                   const float* master) {
+    Base::write_state(name, offset, count, {exp_avg, exp_avg_sq, max_exp_avg_sq, master});
+  }
 };
 
+}  // namespace kopt
+
+namespace kopt {
 #ifdef KOKKOS_ENABLE_SERIAL
-extern template class FusedAdam<Kokkos::Serial>;
+extern template class FusedOptimizer<Kokkos::Serial, Impl::AdamPolicy>;
 #endif
 #ifdef KOKKOS_ENABLE_OPENMP
-extern template class FusedAdam<Kokkos::OpenMP>;
+extern template class FusedOptimizer<Kokkos::OpenMP, Impl::AdamPolicy>;
 #endif
 #ifdef KOKKOS_ENABLE_CUDA
-extern template class FusedAdam<Kokkos::Cuda>;
+extern template class FusedOptimizer<Kokkos::Cuda, Impl::AdamPolicy>;
 #endif
-
 }  // namespace kopt

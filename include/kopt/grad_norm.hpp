@@ -10,9 +10,9 @@
 /// part come back as fragments for the optimizer to reassemble (kopt/impl/norm_parts.hpp).
 
 #include <algorithm>
-#include <kopt/adam_kernel.hpp>
 #include <kopt/impl/fault_injection.hpp>
 #include <kopt/impl/norm_parts.hpp>
+#include <kopt/impl/update_kernel.hpp>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -55,13 +55,13 @@ KOKKOS_INLINE_FUNCTION double chunk_block_sum(const void* grad, std::int64_t beg
 template <class ExecSpace>
 struct GradChunkSumSqFunctor {
   using memory_space = typename ExecSpace::memory_space;
-  Kokkos::View<const AdamSlot*, memory_space> slots_;
+  Kokkos::View<const UpdateSlot*, memory_space> slots_;
   Kokkos::View<const Chunk*, memory_space> chunks_;
   Kokkos::View<ExactSum*, memory_space> partials_;
   Kokkos::View<float* [norm_block], memory_space> fragment_values_;
   std::int64_t bodies_;
 
-  KOKKOS_INLINE_FUNCTION float element(const AdamSlot& slot, std::int64_t i) const {
+  KOKKOS_INLINE_FUNCTION float element(const UpdateSlot& slot, std::int64_t i) const {
     return slot.grad_dtype == DType::bf16  ? to_float(static_cast<const bfloat16*>(slot.grad)[i])
            : slot.grad_dtype == DType::f16 ? to_float(static_cast<const float16*>(slot.grad)[i])
                                            : static_cast<const float*>(slot.grad)[i];
@@ -70,7 +70,7 @@ struct GradChunkSumSqFunctor {
   /// Host: one chunk per iteration.
   KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t c) const {
     const Chunk chunk = chunks_(c);
-    const AdamSlot& slot = slots_(chunk.slot);
+    const UpdateSlot& slot = slots_(chunk.slot);
     if (c >= bodies_) {
       for (std::int64_t i = chunk.begin; i < chunk.end; ++i)
         fragment_values_(c - bodies_, i - chunk.begin) = element(slot, i);
@@ -95,7 +95,7 @@ struct GradChunkSumSqFunctor {
   KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
     const std::int64_t c = team.league_rank();
     const Chunk chunk = chunks_(c);
-    const AdamSlot& slot = slots_(chunk.slot);
+    const UpdateSlot& slot = slots_(chunk.slot);
     if (c >= bodies_) {
       Kokkos::parallel_for(Kokkos::TeamThreadRange(team, chunk.begin, chunk.end),
                            [&](const std::int64_t i) {
@@ -200,20 +200,20 @@ class GradNorms {
   /// The exact sum over the whole blocks of every piece, and the fragments (their `param`
   /// is the slot); +Inf or NaN in the sum where a grad element is not finite. Blocks.
   void sums(const ExecSpace& exec, const std::string& label,
-            const Kokkos::View<const AdamSlot*, memory_space>& slots, NormParts& out) const {
+            const Kokkos::View<const UpdateSlot*, memory_space>& slots, NormParts& out) const {
     sums_(exec, label, slots, out, false);
   }
   /// The same through the device path (a league of teams), on any execution space: tests
   /// run it on the host's and compare it bitwise with the host path.
   void sums_with_teams(const ExecSpace& exec, const std::string& label,
-                       const Kokkos::View<const AdamSlot*, memory_space>& slots,
+                       const Kokkos::View<const UpdateSlot*, memory_space>& slots,
                        NormParts& out) const {
     sums_(exec, label, slots, out, true);
   }
 
  private:
   void sums_(const ExecSpace& exec, const std::string& label,
-             const Kokkos::View<const AdamSlot*, memory_space>& slots, NormParts& out,
+             const Kokkos::View<const UpdateSlot*, memory_space>& slots, NormParts& out,
              bool teams) const {
     out.sum = ExactSum();
     out.fragments = fragments_;

@@ -72,8 +72,17 @@ class HybridOptimizer {
   /// construction.
   class Group {
    public:
-    AdamConfig& config() { return group_->config(); }
-    const AdamConfig& config() const { return group_->config(); }
+    /// The config as its algorithm's type (ParamGroup::config): `config().lr` for Adam,
+    /// `config<SgdConfig>().momentum` for SGD. The algorithm itself cannot change.
+    template <class C = AdamConfig>
+    C& config() {
+      return group_->config<C>();
+    }
+    template <class C = AdamConfig>
+    const C& config() const {
+      return group_->config<C>();
+    }
+    const AlgorithmConfig& algorithm() const { return group_->algorithm(); }
     /// Names of the group's params, in registration order.
     std::vector<std::string> names() const;
 
@@ -146,8 +155,8 @@ class HybridOptimizer {
   void check_consistent_(const char* call) const;
   StepStats skip_(StepStats stats);  ///< a step skipped whole (non-finite grads)
   /// load()'s second half, before the states: puts checked configs and step counts in place.
-  void apply_loaded_(const std::vector<AdamConfig>& configs, const std::vector<bool>& config_found,
-                     const std::vector<std::int64_t>& steps);
+  void apply_loaded_(const std::vector<AlgorithmConfig>& configs,
+                     const std::vector<bool>& config_found, const std::vector<std::int64_t>& steps);
   Communicator& world_();  ///< the sharding communicator, or a world of one
 
   std::vector<ParamGroup> groups_;

@@ -3,9 +3,11 @@
 /// Everything public in kopt.
 
 #include <kopt/adam_config.hpp>
+#include <kopt/algorithm_config.hpp>
 #include <kopt/communicator.hpp>
 #include <kopt/error.hpp>
 #include <kopt/fused_adam.hpp>
+#include <kopt/fused_optimizer.hpp>
 #include <kopt/hybrid_optimizer.hpp>
 #include <kopt/loss_scaler.hpp>
 #include <kopt/offload_options.hpp>

@@ -1,9 +1,10 @@
 #pragma once
 /// \file
-/// kopt::ParamGroup: one group's hyperparameters and its named parameters.
+/// kopt::ParamGroup: one group's algorithm, hyperparameters and named parameters.
 
 #include <cstdint>
-#include <kopt/adam_config.hpp>
+#include <kopt/algorithm_config.hpp>
+#include <kopt/error.hpp>
 #include <kopt/tensor.hpp>
 #include <string>
 #include <unordered_set>
@@ -11,7 +12,7 @@
 
 namespace kopt {
 
-/// Where a group's optimizer state (moments, amsgrad max, fp32 masters) lives.
+/// Where a group's optimizer state (the algorithm's arrays, fp32 masters) lives.
 enum class StatePlacement : std::uint8_t {
   /// Beside the params, updated by the execution space that serves their memory.
   with_params,
@@ -32,13 +33,15 @@ struct ParamSpec {
   Tensor grad;  ///< null: no gradient yet
 };
 
-/// A config plus named parameters, as torch.optim's param groups. A group may hold params of
-/// several dtypes and memory spaces; the optimizer splits the work by memory space and dtype,
-/// and the config travels with every piece.
+/// A config plus named parameters, as torch.optim's param groups. The config's type is the
+/// group's algorithm (AdamConfig, SgdConfig, LionConfig, AdagradConfig); groups of different
+/// algorithms live in one optimizer. A group may hold params of several dtypes and memory
+/// spaces; the optimizer splits the work by memory space, dtype and algorithm, and the config
+/// travels with every piece.
 class ParamGroup {
  public:
   /// Validates `config` (throws kopt::InvalidArgument naming the field).
-  explicit ParamGroup(const AdamConfig& config = AdamConfig{},
+  explicit ParamGroup(const AlgorithmConfig& config = AdamConfig{},
                       StatePlacement placement = StatePlacement::with_params);
 
   /// Adds a parameter; `name` must be non-empty and unique in the group (the optimizer
@@ -46,13 +49,27 @@ class ParamGroup {
   /// the optimizer validates tensors when it is built.
   ParamGroup& add(const std::string& name, const Tensor& param, const Tensor& grad = Tensor{});
 
-  AdamConfig& config() { return config_; }
-  const AdamConfig& config() const { return config_; }
+  /// The config, as its algorithm's type: `config().lr` for Adam, `config<SgdConfig>()`
+  /// for SGD. Throws kopt::InvalidArgument naming both algorithms when the group runs
+  /// another one.
+  template <class C = AdamConfig>
+  C& config() {
+    return Impl::config_as<C>(config_);
+  }
+  template <class C = AdamConfig>
+  const C& config() const {
+    return Impl::config_as<C>(const_cast<AlgorithmConfig&>(config_));
+  }
+  /// The config with its algorithm.
+  const AlgorithmConfig& algorithm() const { return config_; }
+  /// Replaces the config, algorithm included, after validating it. (An optimizer's groups
+  /// keep their algorithm: HybridOptimizer::Group has no such call.)
+  void set_algorithm(const AlgorithmConfig& config);
   const std::vector<ParamSpec>& params() const { return params_; }
   StatePlacement placement() const { return placement_; }
 
  private:
-  AdamConfig config_;
+  AlgorithmConfig config_;
   StatePlacement placement_;
   std::vector<ParamSpec> params_;
   std::unordered_set<std::string> names_;  ///< of params_: add() stays O(1) at 100,000 params

@@ -7,7 +7,7 @@
 /// kopt::CheckpointError naming the file and what is wrong.
 
 #include <cstdint>
-#include <kopt/adam_config.hpp>
+#include <kopt/algorithm_config.hpp>
 #include <kopt/dtype.hpp>
 #include <string>
 #include <vector>
@@ -17,7 +17,9 @@ namespace kopt::Impl {
 /// CRC-32C (Castagnoli), continuing from `crc` (0 to start).
 std::uint32_t crc32c(const void* data, std::size_t bytes, std::uint32_t crc = 0);
 
-inline constexpr std::uint32_t kCheckpointVersion = 1;
+/// The version this kopt writes. Version 1 (Adam only: no algorithm names, has_max in place
+/// of the array mask) still loads.
+inline constexpr std::uint32_t kCheckpointVersion = 2;
 inline constexpr char kIndexName[] = "index.kopt";
 /// The first 8 bytes of an index and of a data file.
 inline constexpr char kIndexMagic[8] = {'K', 'O', 'P', 'T', 'I', 'N', 'D', 'X'};
@@ -29,12 +31,12 @@ struct IndexParam {
   DType dtype = DType::f32;
   std::int64_t global_numel = 0;
   std::int64_t step = 0;
-  bool has_max = false;     ///< blocks hold the amsgrad max
+  std::uint8_t arrays = 0;  ///< bit k: blocks hold the algorithm's state array k
   bool has_master = false;  ///< blocks hold an fp32 master (16-bit params)
 };
 
 /// Elements [global_offset, global_offset + length) of one param's state, in one rank's
-/// data file: exp_avg, exp_avg_sq, then max and master where the param has them.
+/// data file: the algorithm's arrays the param keeps (IndexParam::arrays), then its master.
 struct IndexBlock {
   std::uint32_t param = 0;
   std::int64_t global_offset = 0, length = 0;
@@ -49,7 +51,7 @@ struct Index {
   bool has_scaler = false;
   double scale = 1.0;
   std::int64_t growth_tracker = 0;
-  std::vector<AdamConfig> groups;
+  std::vector<AlgorithmConfig> groups;
   std::vector<IndexParam> params;
   std::vector<IndexBlock> blocks;  ///< after parse_index: sorted by (param, global_offset)
   /// After parse_index: param p's blocks are blocks[first_block[p], first_block[p + 1]).
@@ -61,9 +63,10 @@ std::vector<unsigned char> serialize_index(const Index& index);
 /// `file` names the file in errors.
 Index parse_index(const std::vector<unsigned char>& bytes, const std::string& file);
 /// What the content of a well-formed index must satisfy (src/checkpoint_checks.cpp; listed in
-/// docs/checkpoint-format.md): flags and step counts in range, has_master and has_max as the
-/// dtype and the group's amsgrad require, blocks covering every element of every param exactly
-/// once and sharing no bytes. Sorts the blocks and fills first_block. Throws CheckpointError.
+/// docs/checkpoint-format.md): flags and step counts in range, has_master and the arrays as
+/// the dtype and the group's algorithm require, blocks covering every element of every param
+/// exactly once and sharing no bytes. Sorts the blocks and fills first_block. Throws
+/// CheckpointError.
 void check_index(Index& index, const std::string& file);
 /// Block descriptors alone (what ranks send rank 0 when saving).
 std::vector<unsigned char> serialize_blocks(const std::vector<IndexBlock>& blocks);

@@ -12,9 +12,9 @@
 
 namespace kopt::Impl {
 
-/// Which state arrays a block holds, in StateArray order: the moments always, then the
-/// amsgrad max and the fp32 master where the param has them.
-std::array<bool, 4> block_arrays(bool has_max, bool has_master);
+/// Which state arrays a block holds, in StateArray order: the algorithm's arrays in
+/// `arrays` (bit k: array k), then the fp32 master where the param has one.
+std::array<bool, 4> block_arrays(unsigned arrays, bool has_master);
 
 /// One rank's data file being written (an AtomicFile: nothing replaces the old file until
 /// commit()).

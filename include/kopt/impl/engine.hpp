@@ -1,11 +1,12 @@
 #pragma once
 /// \file
 /// The type-erased engine the HybridOptimizer runs: the work of one (execution space,
-/// param dtype) pair. EngineFor<ExecSpace> adapts kopt::FusedAdam; src/engine_dispatch.cpp is
-/// the one place that picks the execution space for a memory space.
+/// param dtype, algorithm). EngineFor<ExecSpace, Policy> adapts kopt::FusedOptimizer;
+/// src/engine_dispatch.cpp is the one place that picks the execution space for a memory
+/// space.
 
 #include <array>
-#include <kopt/fused_adam.hpp>
+#include <kopt/fused_optimizer.hpp>
 #include <kopt/impl/state_arrays.hpp>
 #include <kopt/offload_options.hpp>
 #include <memory>
@@ -20,14 +21,18 @@ namespace kopt::Impl {
 template <class T>
 struct StateSpan {
   std::int64_t offset = 0, count = 0;
-  std::array<T*, 4> arrays{};
+  StateArrays<T> arrays{};
 };
 
 class Engine {
  public:
   virtual ~Engine() = default;
-  virtual std::size_t add_group(const AdamConfig& config) = 0;
-  virtual AdamConfig& config(std::size_t group) = 0;
+  /// Adds a group; its config must be of the engine's algorithm (else InvalidArgument).
+  virtual std::size_t add_group(const AlgorithmConfig& config) = 0;
+  /// Replaces a group's config (schedules) with one of the same algorithm.
+  virtual void set_config(std::size_t group, const AlgorithmConfig& config) = 0;
+  /// The algorithm's name (Policy::name).
+  virtual const char* algorithm() const = 0;
   virtual void add(const std::string& name, const Tensor& param, const Tensor& grad,
                    std::size_t group) = 0;
   virtual void set_grad(const std::string& name, const Tensor& grad) = 0;
@@ -59,62 +64,78 @@ class Engine {
   virtual const char* state_space_name() const { return space_name(); }
 };
 
-template <class ExecSpace>
+/// `config` as the config of `Policy`; throws InvalidArgument naming both algorithms when
+/// it is another's.
+template <class Policy>
+const typename Policy::Config& config_of(const AlgorithmConfig& config, const std::string& owner) {
+  const auto* c = std::get_if<typename Policy::Config>(&config);
+  KOPT_THROW_IF(c == nullptr, owner << ": a group of algorithm '" << algorithm_name(config)
+                                    << "' in an engine of '" << Policy::name << "'");
+  return *c;
+}
+
+template <class ExecSpace, class Policy>
 class EngineFor final : public Engine {
  public:
-  EngineFor(const ExecSpace& exec, const std::string& label) : adam_(exec, AdamConfig{}, label) {}
-  std::size_t add_group(const AdamConfig& config) override {
+  EngineFor(const ExecSpace& exec, const std::string& label) : opt_(exec, {}, label) {}
+  std::size_t add_group(const AlgorithmConfig& config) override {
+    const auto& c = config_of<Policy>(config, opt_.label());
     // The engine is built with one placeholder group 0; the first real group takes it over.
     if (!has_groups_) {
+      c.validate();
       has_groups_ = true;
-      adam_.config(0) = config;
+      opt_.config(0) = c;
       return 0;
     }
-    return adam_.add_group(config);
+    return opt_.add_group(c);
   }
-  AdamConfig& config(std::size_t group) override { return adam_.config(group); }
+  void set_config(std::size_t group, const AlgorithmConfig& config) override {
+    opt_.config(group) = config_of<Policy>(config, opt_.label());
+  }
+  const char* algorithm() const override { return Policy::name; }
   void add(const std::string& name, const Tensor& param, const Tensor& grad,
            std::size_t group) override {
-    adam_.add(name, param, grad, group);
+    opt_.add(name, param, grad, group);
   }
-  void set_grad(const std::string& name, const Tensor& grad) override {
-    adam_.set_grad(name, grad);
-  }
+  void set_grad(const std::string& name, const Tensor& grad) override { opt_.set_grad(name, grad); }
   void rebind(const std::string& name, const Tensor& param, const Tensor& grad) override {
-    adam_.rebind(name, param, grad);
+    opt_.rebind(name, param, grad);
   }
-  void grad_norm_parts(NormParts& out) override { adam_.grad_norm_parts(out); }
-  void prepare_step() override { adam_.prepare_step(); }
-  void step(double grad_scale) override { adam_.step(grad_scale); }
-  void reload_model_params() override { adam_.reload_model_params(); }
-  void fence() override { Impl::fence(adam_.exec(), "kopt::HybridOptimizer::fence"); }
-  std::int64_t step_count(const std::string& name) const override { return adam_.step_count(name); }
-  std::size_t state_bytes() const override { return adam_.state_bytes(); }
+  void grad_norm_parts(NormParts& out) override { opt_.grad_norm_parts(out); }
+  void prepare_step() override { opt_.prepare_step(); }
+  void step(double grad_scale) override { opt_.step(grad_scale); }
+  void reload_model_params() override { opt_.reload_model_params(); }
+  void fence() override { Impl::fence(opt_.exec(), "kopt::HybridOptimizer::fence"); }
+  std::int64_t step_count(const std::string& name) const override { return opt_.step_count(name); }
+  std::size_t state_bytes() const override { return opt_.state_bytes(); }
   const char* space_name() const override { return ExecSpace::name(); }
   void read_state(const std::string& name, const StateSpan<float>& out) override {
-    const auto& a = out.arrays;
-    adam_.read_state(name, out.offset, out.count, a[kExpAvg], a[kExpAvgSq], a[kMaxExpAvgSq],
-                     a[kMaster]);
+    opt_.read_state(name, out.offset, out.count, out.arrays);
   }
   void write_state(const std::string& name, const StateSpan<const float>& in) override {
-    const auto& a = in.arrays;
-    adam_.write_state(name, in.offset, in.count, a[kExpAvg], a[kExpAvgSq], a[kMaxExpAvgSq],
-                      a[kMaster]);
+    opt_.write_state(name, in.offset, in.count, in.arrays);
   }
   void commit_state(const std::string& name, std::int64_t step) override {
-    adam_.commit_state(name, step);
+    opt_.commit_state(name, step);
   }
 
  private:
-  FusedAdam<ExecSpace> adam_;
+  FusedOptimizer<ExecSpace, Policy> opt_;
   bool has_groups_ = false;
 };
 
-/// An engine for params in `space` of `dtype`, on the execution space that serves that
-/// memory: host (and pinned) memory on the host space (OpenMP when enabled), device and UVM
+/// A fused engine of algorithm `algorithm` (an AlgorithmConfig index) on `exec`, for the
+/// spaces this build has (instantiated in backends/<space>/fused_<space>.cpp).
+template <class ExecSpace>
+std::unique_ptr<Engine> make_fused_engine(const ExecSpace& exec, std::size_t algorithm,
+                                          const std::string& label);
+
+/// An engine of `algorithm` for params in `space` of `dtype`, on the execution space that serves
+/// that memory: host (and pinned) memory on the host space (OpenMP when enabled), device and UVM
 /// memory on the device space. Throws kopt::NotCompiled naming the space when this build
 /// has no execution space for it.
-std::unique_ptr<Engine> make_engine(MemorySpace space, DType dtype);
+std::unique_ptr<Engine> make_engine(MemorySpace space, DType dtype,
+                                    const AlgorithmConfig& algorithm);
 
 /// The name of the execution space make_engine picks for `space` (for grouping).
 const char* engine_space_for(MemorySpace space);
@@ -123,6 +144,7 @@ const char* engine_space_for(MemorySpace space);
 /// on CUDA streams for CUDA memory, on host worker threads for host memory. Throws
 /// kopt::NotCompiled like make_engine.
 std::unique_ptr<Engine> make_offload_engine(MemorySpace space, DType dtype,
+                                            const AlgorithmConfig& algorithm,
                                             const OffloadOptions& options);
 
 /// Copies `bytes` bytes between any two memory spaces this build has (blocks until done).

@@ -1,8 +1,8 @@
 #pragma once
 /// \file
 /// The offload engine (ZeRO-Offload): params and grads stay where the training code keeps
-/// them (device memory); moments, amsgrad max and fp32 masters of every param live in host
-/// memory (`StateMem`: pinned where the backend has it). Each step runs a pipeline of
+/// them (device memory); the algorithm's state arrays and fp32 masters of every param live in
+/// host memory (`StateMem`: pinned where the backend has it). Each step runs a pipeline of
 /// fixed-size chunks: grads device->host on one copy queue, the host update of a chunk as
 /// soon as exactly that chunk's copies landed, the updated params host->device on a second
 /// queue (on a GPU its second copy engine; host-only builds share one worker), the next
@@ -12,6 +12,7 @@
 
 #include <kopt/impl/copy_queue.hpp>
 #include <kopt/impl/engine.hpp>
+#include <kopt/impl/policies.hpp>
 #include <kopt/offload_options.hpp>
 
 namespace kopt::Impl {
@@ -29,18 +30,23 @@ struct PipelineTimes {
 /// params and state meaningless).
 enum class PipelineMode { full, update_only, copies_only };
 
-template <class DeviceExec, class StateMem>
+template <class DeviceExec, class StateMem, class Policy>
 class OffloadEngine final : public Engine {
  public:
   using HostExec = Kokkos::DefaultHostExecutionSpace;
+  using Config = typename Policy::Config;
+  using Scalars = typename Policy::Scalars;
 
   OffloadEngine(const DeviceExec& device, std::shared_ptr<CopyQueue> to_host,
                 std::shared_ptr<CopyQueue> to_device, const OffloadOptions& options,
                 std::string label);
   ~OffloadEngine() override;
 
-  std::size_t add_group(const AdamConfig& config) override;
-  AdamConfig& config(std::size_t group) override { return registry_.config(group); }
+  std::size_t add_group(const AlgorithmConfig& config) override;
+  void set_config(std::size_t group, const AlgorithmConfig& config) override {
+    std::get<Config>(registry_.config(group)) = config_of<Policy>(config, label_);
+  }
+  const char* algorithm() const override { return Policy::name; }
   void add(const std::string& name, const Tensor& param, const Tensor& grad,
            std::size_t group) override;
   void set_grad(const std::string& name, const Tensor& grad) override {
@@ -72,7 +78,7 @@ class OffloadEngine final : public Engine {
   using DevMem = typename DeviceExec::memory_space;
   struct ClassKey {
     DType param, grad;
-    bool amsgrad;
+    int variant;
     bool operator==(const ClassKey&) const = default;
   };
   /// Elements [begin, begin + len) of registry entry `entry`, staged at element `stage` of
@@ -110,6 +116,13 @@ class OffloadEngine final : public Engine {
   /// Reconciles segment s's master with its param, staged by send_grads_ (flagged params).
   void sync_master_(std::size_t batch, const Segment& s);
   void drain_queues_() noexcept;
+  /// The state arrays by StateArray (null: the policy has no such array).
+  StateArrays<const HostFloats> arrays_() const {
+    StateArrays<const HostFloats> a{};
+    for (std::size_t k = 0; k < state_.size(); ++k) a[k] = &state_[k];
+    a[kMaster] = &master_;
+    return a;
+  }
 
   DeviceExec device_;
   HostExec host_;
@@ -117,8 +130,9 @@ class OffloadEngine final : public Engine {
   OffloadOptions options_;
   std::string label_;
   ParamRegistry registry_;
-  HostFloats exp_avg_, exp_avg_sq_, max_exp_avg_sq_, master_;  ///< master of every param
-  Kokkos::View<unsigned char*, StateMem> staging_;             ///< per buffer: grads, then params
+  std::array<HostFloats, Policy::num_arrays> state_;  ///< Policy::array_names
+  HostFloats master_;                                 ///< of every param, f32 ones included
+  Kokkos::View<unsigned char*, StateMem> staging_;    ///< per buffer: grads, then params
 
   // The step's plan: rebuilt when which params have grads (or their kernel class) changes.
   std::vector<int> signature_, next_signature_;
@@ -126,14 +140,14 @@ class OffloadEngine final : public Engine {
   std::vector<Segment> segments_;
   std::vector<Batch> batches_;
   std::vector<ClassRange> ranges_;
-  std::vector<Chunk> host_chunks_;             ///< slot = segment index
-  std::vector<AdamSlot> host_slots_;           ///< per segment, pointing into staging and state
-  std::vector<AdamStepScalars> host_scalars_;  ///< this step's, rows named by host_slots_
+  std::vector<Chunk> host_chunks_;      ///< slot = segment index
+  std::vector<UpdateSlot> host_slots_;  ///< per segment, pointing into staging and state
+  std::vector<Scalars> host_scalars_;   ///< this step's, rows named by host_slots_
   std::vector<CopyQueue::Ticket> grads_landed_, params_sent_;
 
   // The grad norm, computed where the grads are before the pipeline starts.
-  Kokkos::View<AdamSlot*, DevMem> device_slots_;
-  typename Kokkos::View<AdamSlot*, DevMem>::HostMirror device_slots_host_;
+  Kokkos::View<UpdateSlot*, DevMem> device_slots_;
+  typename Kokkos::View<UpdateSlot*, DevMem>::HostMirror device_slots_host_;
   GradNorms<DeviceExec> norms_;
 
   PipelineMode mode_ = PipelineMode::full;

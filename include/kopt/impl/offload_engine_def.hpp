@@ -7,7 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <kopt/error.hpp>
-#include <kopt/impl/fused_adam_def.hpp>
+#include <kopt/impl/fused_optimizer_def.hpp>
 #include <kopt/impl/huge_pages.hpp>
 #include <kopt/impl/offload_engine.hpp>
 
@@ -22,11 +22,12 @@ inline double seconds_since(std::chrono::steady_clock::time_point t0) {
 }
 }  // namespace offload_detail
 
-template <class DeviceExec, class StateMem>
-OffloadEngine<DeviceExec, StateMem>::OffloadEngine(const DeviceExec& device,
-                                                   std::shared_ptr<CopyQueue> to_host,
-                                                   std::shared_ptr<CopyQueue> to_device,
-                                                   const OffloadOptions& options, std::string label)
+template <class DeviceExec, class StateMem, class Policy>
+OffloadEngine<DeviceExec, StateMem, Policy>::OffloadEngine(const DeviceExec& device,
+                                                           std::shared_ptr<CopyQueue> to_host,
+                                                           std::shared_ptr<CopyQueue> to_device,
+                                                           const OffloadOptions& options,
+                                                           std::string label)
     : device_(device),
       to_host_(std::move(to_host)),
       to_device_(std::move(to_device)),
@@ -36,24 +37,24 @@ OffloadEngine<DeviceExec, StateMem>::OffloadEngine(const DeviceExec& device,
   options_.validate();
 }
 
-template <class DeviceExec, class StateMem>
-OffloadEngine<DeviceExec, StateMem>::~OffloadEngine() {
+template <class DeviceExec, class StateMem, class Policy>
+OffloadEngine<DeviceExec, StateMem, Policy>::~OffloadEngine() {
   drain_queues_();  // no copy may outlive the buffers it reads or writes
 }
 
-template <class DeviceExec, class StateMem>
-std::size_t OffloadEngine<DeviceExec, StateMem>::add_group(const AdamConfig& config) {
-  return registry_.add_group(config);
+template <class DeviceExec, class StateMem, class Policy>
+std::size_t OffloadEngine<DeviceExec, StateMem, Policy>::add_group(const AlgorithmConfig& config) {
+  return registry_.add_group(config_of<Policy>(config, label_));
 }
 
-template <class DeviceExec, class StateMem>
-void OffloadEngine<DeviceExec, StateMem>::add(const std::string& name, const Tensor& param,
-                                              const Tensor& grad, std::size_t group) {
+template <class DeviceExec, class StateMem, class Policy>
+void OffloadEngine<DeviceExec, StateMem, Policy>::add(const std::string& name, const Tensor& param,
+                                                      const Tensor& grad, std::size_t group) {
   registry_.add(name, param, grad, group);
 }
 
-template <class DeviceExec, class StateMem>
-void OffloadEngine<DeviceExec, StateMem>::drain_queues_() noexcept {
+template <class DeviceExec, class StateMem, class Policy>
+void OffloadEngine<DeviceExec, StateMem, Policy>::drain_queues_() noexcept {
   try {
     to_host_->drain();
   } catch (...) {
@@ -64,29 +65,28 @@ void OffloadEngine<DeviceExec, StateMem>::drain_queues_() noexcept {
   }
 }
 
-template <class DeviceExec, class StateMem>
-void OffloadEngine<DeviceExec, StateMem>::ensure_state_() {
-  // Exception-safe as FusedAdam's: each array is replaced only by a complete, larger copy;
+template <class DeviceExec, class StateMem, class Policy>
+void OffloadEngine<DeviceExec, StateMem, Policy>::ensure_state_() {
+  // Exception-safe as FusedOptimizer's: each array is replaced only by a complete, larger copy;
   // a failure leaves every value as it was. New params' masters are taken from the params
   // by their first update (ParamRegistry::sync_master).
   require_kokkos(label_.c_str());
   const std::int64_t moments = registry_.lay_out().first;
-  bool need_max = false;
-  for (std::size_t g = 0; g < registry_.num_groups(); ++g) need_max |= registry_.config(g).amsgrad;
+  const unsigned needed = arrays_needed(registry_);
   const auto sized = [&](const HostFloats& v) {
     return static_cast<std::int64_t>(v.extent(0)) == moments;
   };
-  const bool max_ok = sized(max_exp_avg_sq_) || (!need_max && max_exp_avg_sq_.extent(0) == 0);
-  if (sized(exp_avg_) && sized(exp_avg_sq_) && max_ok && sized(master_) && staging_.extent(0) > 0)
-    return;
-  const auto grow = [&](const HostFloats& old, const char* what, StateArray which) {
-    return grow_state_array(host_, old, moments, label_ + "::" + what, which);
-  };
-  exp_avg_ = grow(exp_avg_, "exp_avg", kExpAvg);
-  exp_avg_sq_ = grow(exp_avg_sq_, "exp_avg_sq", kExpAvgSq);
-  if (need_max || max_exp_avg_sq_.extent(0) > 0)
-    max_exp_avg_sq_ = grow(max_exp_avg_sq_, "max_exp_avg_sq", kMaxExpAvgSq);
-  master_ = grow(master_, "master", kMaster);  // every param's, f32 ones included
+  bool ok = sized(master_) && staging_.extent(0) > 0;
+  for (std::size_t k = 0; k < state_.size(); ++k)
+    ok = ok && (sized(state_[k]) || ((needed >> k & 1u) == 0 && state_[k].extent(0) == 0));
+  if (ok) return;
+  for (std::size_t k = 0; k < state_.size(); ++k)
+    if ((needed >> k & 1u) != 0 || state_[k].extent(0) > 0)
+      state_[k] =
+          grow_state_array(host_, state_[k], moments, label_ + "::" + Policy::array_names[k],
+                           static_cast<StateArray>(k));
+  // Every param's master, f32 ones included.
+  master_ = grow_state_array(host_, master_, moments, label_ + "::master", kMaster);
   if (staging_.extent(0) == 0) {
     allocation_point();
     staging_ = decltype(staging_)(
@@ -98,28 +98,28 @@ void OffloadEngine<DeviceExec, StateMem>::ensure_state_() {
   signature_.clear();  // buffers moved: rebuild the plan
 }
 
-template <class DeviceExec, class StateMem>
-unsigned char* OffloadEngine<DeviceExec, StateMem>::grad_stage_(std::size_t batch) const {
+template <class DeviceExec, class StateMem, class Policy>
+unsigned char* OffloadEngine<DeviceExec, StateMem, Policy>::grad_stage_(std::size_t batch) const {
   const auto per_buffer = options_.chunk_elements * 2 * offload_detail::stride;
   return staging_.data() + (batch % options_.staging_buffers) * per_buffer;
 }
 
-template <class DeviceExec, class StateMem>
-unsigned char* OffloadEngine<DeviceExec, StateMem>::param_stage_(std::size_t batch) const {
+template <class DeviceExec, class StateMem, class Policy>
+unsigned char* OffloadEngine<DeviceExec, StateMem, Policy>::param_stage_(std::size_t batch) const {
   return grad_stage_(batch) + options_.chunk_elements * offload_detail::stride;
 }
 
-template <class DeviceExec, class StateMem>
-const void* OffloadEngine<DeviceExec, StateMem>::host_param_(std::size_t batch,
-                                                             const Segment& s) const {
+template <class DeviceExec, class StateMem, class Policy>
+const void* OffloadEngine<DeviceExec, StateMem, Policy>::host_param_(std::size_t batch,
+                                                                     const Segment& s) const {
   const ParamEntry& e = registry_[s.entry];
   if (e.param.dtype == DType::f32) return master_.data() + e.state_offset + s.begin;
   return param_stage_(batch) + s.stage * offload_detail::stride;
 }
 
-template <class DeviceExec, class StateMem>
-void OffloadEngine<DeviceExec, StateMem>::build_batches_(const std::vector<std::size_t>& entries,
-                                                         bool with_kernels) {
+template <class DeviceExec, class StateMem, class Policy>
+void OffloadEngine<DeviceExec, StateMem, Policy>::build_batches_(
+    const std::vector<std::size_t>& entries, bool with_kernels) {
   segments_.clear();
   batches_.clear();
   ranges_.clear();
@@ -154,8 +154,8 @@ void OffloadEngine<DeviceExec, StateMem>::build_batches_(const std::vector<std::
   params_sent_.assign(batches_.size(), 0);
 }
 
-template <class DeviceExec, class StateMem>
-void OffloadEngine<DeviceExec, StateMem>::plan_() {
+template <class DeviceExec, class StateMem, class Policy>
+void OffloadEngine<DeviceExec, StateMem, Policy>::plan_() {
   ensure_state_();
   std::vector<int>& signature = next_signature_;
   std::vector<ClassKey> keys;
@@ -167,7 +167,8 @@ void OffloadEngine<DeviceExec, StateMem>::plan_() {
     KOPT_THROW_IF(registry_.step(i) >= max_step_count,
                   label_ << ": step(): '" << e.name << "' has completed " << registry_.step(i)
                          << " steps, the most kopt counts (kopt::max_step_count)");
-    const ClassKey key{e.param.dtype, e.grad.dtype, registry_.config(e.group).amsgrad};
+    const ClassKey key{e.param.dtype, e.grad.dtype,
+                       Policy::variant(std::get<Config>(registry_.config(e.group)))};
     const auto it = std::find(keys.begin(), keys.end(), key);
     signature[i] = static_cast<int>(it - keys.begin()) + 1;
     if (it == keys.end()) keys.push_back(key);
@@ -183,8 +184,8 @@ void OffloadEngine<DeviceExec, StateMem>::plan_() {
   }
 }
 
-template <class DeviceExec, class StateMem>
-void OffloadEngine<DeviceExec, StateMem>::build_plan_() {
+template <class DeviceExec, class StateMem, class Policy>
+void OffloadEngine<DeviceExec, StateMem, Policy>::build_plan_() {
   std::vector<std::size_t> entries;
   std::vector<typename GradNorms<DeviceExec>::Piece> norm_pieces;
   for (std::size_t i = 0; i < registry_.size(); ++i)
@@ -193,21 +194,20 @@ void OffloadEngine<DeviceExec, StateMem>::build_plan_() {
       norm_pieces.push_back(norm_piece<DeviceExec>(i, registry_[i].param));
     }
   build_batches_(entries, true);
-  host_slots_.assign(segments_.size(), AdamSlot{});
+  host_slots_.assign(segments_.size(), UpdateSlot{});
   host_scalars_.reserve(segments_.size());  // step() then allocates nothing
   for (std::size_t b = 0; b < batches_.size(); ++b)
     for (std::size_t i = batches_[b].seg_first; i < batches_[b].seg_last; ++i) {
       const Segment& s = segments_[i];
       const ParamEntry& e = registry_[s.entry];
-      AdamSlot& slot = host_slots_[i];
+      UpdateSlot& slot = host_slots_[i];
       const std::int64_t at = e.state_offset + s.begin;
       slot.param = const_cast<void*>(host_param_(b, s));
       slot.grad = grad_stage_(b) + s.stage * offload_detail::stride;
       slot.grad_dtype = e.grad.dtype;
       slot.master = e.param.dtype == DType::f32 ? nullptr : master_.data() + at;
-      slot.exp_avg = exp_avg_.data() + at;
-      slot.exp_avg_sq = exp_avg_sq_.data() + at;
-      slot.max_exp_avg_sq = max_exp_avg_sq_.extent(0) > 0 ? max_exp_avg_sq_.data() + at : nullptr;
+      for (std::size_t k = 0; k < state_.size(); ++k)
+        slot.state[k] = state_[k].extent(0) > 0 ? state_[k].data() + at : nullptr;
     }
   norms_.set_pieces(device_, label_, norm_pieces, norm_chunk_size<DeviceExec>);
   if (device_slots_.extent(0) != registry_.size()) {
@@ -218,8 +218,8 @@ void OffloadEngine<DeviceExec, StateMem>::build_plan_() {
   }
 }
 
-template <class DeviceExec, class StateMem>
-void OffloadEngine<DeviceExec, StateMem>::grad_norm_parts(NormParts& out) {
+template <class DeviceExec, class StateMem, class Policy>
+void OffloadEngine<DeviceExec, StateMem, Policy>::grad_norm_parts(NormParts& out) {
   registry_.validate_configs();
   plan_();
   for (std::size_t i = 0; i < registry_.size(); ++i) {
@@ -230,8 +230,8 @@ void OffloadEngine<DeviceExec, StateMem>::grad_norm_parts(NormParts& out) {
   norms_.sums(device_, label_ + "::grad_sum_of_squares", device_slots_, out);
 }
 
-template <class DeviceExec, class StateMem>
-void OffloadEngine<DeviceExec, StateMem>::send_grads_(std::size_t batch) {
+template <class DeviceExec, class StateMem, class Policy>
+void OffloadEngine<DeviceExec, StateMem, Policy>::send_grads_(std::size_t batch) {
   // This batch's staging buffer was last used by batch - staging_buffers: its params must
   // be on their way out before new grads land on them.
   const auto depth = static_cast<std::size_t>(options_.staging_buffers);
@@ -259,30 +259,30 @@ void OffloadEngine<DeviceExec, StateMem>::send_grads_(std::size_t batch) {
   grads_landed_[batch] = to_host_->mark();
 }
 
-template <class DeviceExec, class StateMem>
-void OffloadEngine<DeviceExec, StateMem>::update_(std::size_t batch) {
+template <class DeviceExec, class StateMem, class Policy>
+void OffloadEngine<DeviceExec, StateMem, Policy>::update_(std::size_t batch) {
   if (mode_ == PipelineMode::copies_only) return;
   const auto t0 = std::chrono::steady_clock::now();
   using Unmanaged = Kokkos::MemoryTraits<Kokkos::Unmanaged>;
-  const Kokkos::View<const AdamSlot*, Kokkos::HostSpace, Unmanaged> slots(host_slots_.data(),
-                                                                          host_slots_.size());
-  const Kokkos::View<const AdamStepScalars*, Kokkos::HostSpace, Unmanaged> scalars(
-      host_scalars_.data(), host_scalars_.size());
+  const Kokkos::View<const UpdateSlot*, Kokkos::HostSpace, Unmanaged> slots(host_slots_.data(),
+                                                                            host_slots_.size());
+  const Kokkos::View<const Scalars*, Kokkos::HostSpace, Unmanaged> scalars(host_scalars_.data(),
+                                                                           host_scalars_.size());
   for (std::size_t i = batches_[batch].seg_first; i < batches_[batch].seg_last; ++i)
     if (registry_.sync_master(segments_[i].entry)) sync_master_(batch, segments_[i]);
   for (std::size_t r = batches_[batch].range_first; r < batches_[batch].range_last; ++r) {
     const ClassRange& range = ranges_[r];
     const Kokkos::View<const Chunk*, Kokkos::HostSpace, Unmanaged> chunks(
         host_chunks_.data() + range.first, range.last - range.first);
-    launch_update(host_, label_ + "::update", range.key.param, range.key.grad, range.key.amsgrad,
-                  slots, scalars, chunks);
+    launch_update<HostExec, Policy>(host_, label_ + "::update", range.key.param, range.key.grad,
+                                    range.key.variant, slots, scalars, chunks);
   }
   Impl::fence(host_, label_ + "::update");
   times_.update += offload_detail::seconds_since(t0);
 }
 
-template <class DeviceExec, class StateMem>
-void OffloadEngine<DeviceExec, StateMem>::send_params_(std::size_t batch) {
+template <class DeviceExec, class StateMem, class Policy>
+void OffloadEngine<DeviceExec, StateMem, Policy>::send_params_(std::size_t batch) {
   if (mode_ != PipelineMode::update_only)
     for (std::size_t i = batches_[batch].seg_first; i < batches_[batch].seg_last; ++i) {
       const Segment& s = segments_[i];
@@ -294,8 +294,8 @@ void OffloadEngine<DeviceExec, StateMem>::send_params_(std::size_t batch) {
   params_sent_[batch] = to_device_->mark();
 }
 
-template <class DeviceExec, class StateMem>
-void OffloadEngine<DeviceExec, StateMem>::step(double grad_scale) {
+template <class DeviceExec, class StateMem, class Policy>
+void OffloadEngine<DeviceExec, StateMem, Policy>::step(double grad_scale) {
   KOPT_THROW_IF(!std::isfinite(grad_scale),
                 label_ << ": step(grad_scale = " << grad_scale << "): grad_scale must be finite");
   registry_.validate_configs();
@@ -309,7 +309,8 @@ void OffloadEngine<DeviceExec, StateMem>::step(double grad_scale) {
     const std::size_t group = registry_[segments_[i].entry].group;
     const std::int64_t step = registry_.step(segments_[i].entry);
     if (group != last_group || step != last_step) {
-      host_scalars_.push_back(AdamStepScalars::make(registry_.config(group), step + 1, grad_scale));
+      host_scalars_.push_back(
+          Policy::scalars(std::get<Config>(registry_.config(group)), step + 1, grad_scale));
       last_group = group;
       last_step = step;
     }
@@ -342,10 +343,10 @@ void OffloadEngine<DeviceExec, StateMem>::step(double grad_scale) {
     if (signature_[i] > 0) registry_.advance(i);  // the master leads from now on
 }
 
-template <class DeviceExec, class StateMem>
-void OffloadEngine<DeviceExec, StateMem>::sync_span_(DType dtype, const void* param,
-                                                     const float* master, float* out,
-                                                     std::int64_t n) {
+template <class DeviceExec, class StateMem, class Policy>
+void OffloadEngine<DeviceExec, StateMem, Policy>::sync_span_(DType dtype, const void* param,
+                                                             const float* master, float* out,
+                                                             std::int64_t n) {
   visit_update_dtype(dtype, [&](auto param_type) {
     using ParamT = decltype(param_type);
     if constexpr (!std::is_same_v<ParamT, float>)  // an f32 master is the param copied
@@ -357,26 +358,28 @@ void OffloadEngine<DeviceExec, StateMem>::sync_span_(DType dtype, const void* pa
   Impl::fence(host_, label_ + "::sync_master");
 }
 
-template <class DeviceExec, class StateMem>
-void OffloadEngine<DeviceExec, StateMem>::sync_master_(std::size_t batch, const Segment& s) {
+template <class DeviceExec, class StateMem, class Policy>
+void OffloadEngine<DeviceExec, StateMem, Policy>::sync_master_(std::size_t batch,
+                                                               const Segment& s) {
   // The segment's param landed in staging with its grads (send_grads_).
   const ParamEntry& e = registry_[s.entry];
   float* master = master_.data() + e.state_offset + s.begin;
   sync_span_(e.param.dtype, host_param_(batch, s), master, master, s.len);
 }
 
-template <class DeviceExec, class StateMem>
-void OffloadEngine<DeviceExec, StateMem>::reload_model_params() {
-  // Lazy, as FusedAdam's: each param's next update reconciles its master with it.
+template <class DeviceExec, class StateMem, class Policy>
+void OffloadEngine<DeviceExec, StateMem, Policy>::reload_model_params() {
+  // Lazy, as FusedOptimizer's: each param's next update reconciles its master with it.
   registry_.reload_all();
 }
 
 // The state is host memory: plain copies. An f32 param's master is the param itself (it
 // is not in a checkpoint): its next update after commit_state takes it from the param.
-template <class DeviceExec, class StateMem>
-std::size_t OffloadEngine<DeviceExec, StateMem>::span_of_(const std::string& name,
-                                                          std::int64_t offset, std::int64_t count,
-                                                          const char* call) {
+template <class DeviceExec, class StateMem, class Policy>
+std::size_t OffloadEngine<DeviceExec, StateMem, Policy>::span_of_(const std::string& name,
+                                                                  std::int64_t offset,
+                                                                  std::int64_t count,
+                                                                  const char* call) {
   const std::size_t i = registry_.index_of(name);
   const std::int64_t n = registry_[i].param.numel;
   KOPT_THROW_IF(offset < 0 || count < 0 || offset > n || count > n - offset,
@@ -386,17 +389,17 @@ std::size_t OffloadEngine<DeviceExec, StateMem>::span_of_(const std::string& nam
   return i;
 }
 
-template <class DeviceExec, class StateMem>
-void OffloadEngine<DeviceExec, StateMem>::read_state(const std::string& name,
-                                                     const StateSpan<float>& out) {
+template <class DeviceExec, class StateMem, class Policy>
+void OffloadEngine<DeviceExec, StateMem, Policy>::read_state(const std::string& name,
+                                                             const StateSpan<float>& out) {
   const std::size_t i = span_of_(name, out.offset, out.count, "read_state");
   const ParamEntry& e = registry_[i];
   const auto n = static_cast<std::size_t>(out.count);
-  const std::array<const HostFloats*, 4> from{&exp_avg_, &exp_avg_sq_, &max_exp_avg_sq_, &master_};
+  const StateArrays<const HostFloats> from = arrays_();
   for (std::size_t a = 0; a < from.size(); ++a) {
     float* to = out.arrays[a];
     if (to == nullptr || n == 0 || (a == kMaster && e.param.dtype == DType::f32)) continue;
-    if (from[a]->extent(0) == 0)  // a max no group keeps yet: the zeros it would start from
+    if (from[a] == nullptr || from[a]->extent(0) == 0)  // kept by no group yet: its zeros
       std::fill(to, to + n, 0.0f);
     else
       std::memcpy(to, from[a]->data() + e.state_offset + out.offset, n * sizeof(float));
@@ -413,24 +416,25 @@ void OffloadEngine<DeviceExec, StateMem>::read_state(const std::string& name,
   sync_span_(e.param.dtype, param.data(), master, master, out.count);
 }
 
-template <class DeviceExec, class StateMem>
-void OffloadEngine<DeviceExec, StateMem>::write_state(const std::string& name,
-                                                      const StateSpan<const float>& in) {
+template <class DeviceExec, class StateMem, class Policy>
+void OffloadEngine<DeviceExec, StateMem, Policy>::write_state(const std::string& name,
+                                                              const StateSpan<const float>& in) {
   const std::size_t i = span_of_(name, in.offset, in.count, "write_state");
   const ParamEntry& e = registry_[i];
   const auto n = static_cast<std::size_t>(in.count);
-  const std::array<const HostFloats*, 4> to{&exp_avg_, &exp_avg_sq_, &max_exp_avg_sq_, &master_};
+  const StateArrays<const HostFloats> to = arrays_();
   for (std::size_t a = 0; a < to.size(); ++a) {
     const float* from = in.arrays[a];
-    if (from == nullptr || n == 0 || to[a]->extent(0) == 0 ||
+    if (from == nullptr || n == 0 || to[a] == nullptr || to[a]->extent(0) == 0 ||
         (a == kMaster && e.param.dtype == DType::f32))
       continue;
     std::memcpy(to[a]->data() + e.state_offset + in.offset, from, n * sizeof(float));
   }
 }
 
-template <class DeviceExec, class StateMem>
-void OffloadEngine<DeviceExec, StateMem>::commit_state(const std::string& name, std::int64_t step) {
+template <class DeviceExec, class StateMem, class Policy>
+void OffloadEngine<DeviceExec, StateMem, Policy>::commit_state(const std::string& name,
+                                                               std::int64_t step) {
   const std::size_t i = registry_.index_of(name);
   KOPT_THROW_IF(step < 0 || step > max_step_count,
                 label_ << ": commit_state('" << name << "'): step count " << step
@@ -438,10 +442,11 @@ void OffloadEngine<DeviceExec, StateMem>::commit_state(const std::string& name, 
   registry_.set_loaded(i, step);  // the weights may be loaded before or after this
 }
 
-template <class DeviceExec, class StateMem>
-std::size_t OffloadEngine<DeviceExec, StateMem>::state_bytes() const {
-  return sizeof(float) *
-         (exp_avg_.span() + exp_avg_sq_.span() + max_exp_avg_sq_.span() + master_.span());
+template <class DeviceExec, class StateMem, class Policy>
+std::size_t OffloadEngine<DeviceExec, StateMem, Policy>::state_bytes() const {
+  std::size_t floats = master_.span();
+  for (const HostFloats& a : state_) floats += a.span();
+  return sizeof(float) * floats;
 }
 
 }  // namespace kopt::Impl

@@ -6,7 +6,7 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <kopt/adam_config.hpp>
+#include <kopt/algorithm_config.hpp>
 #include <kopt/tensor.hpp>
 #include <string>
 #include <unordered_map>
@@ -41,10 +41,10 @@ class ParamRegistry {
   /// `accepted`: the memory spaces the owning engine's execution space can read and write.
   ParamRegistry(SpaceMask accepted, std::string owner);
 
-  std::size_t add_group(const AdamConfig& config);  ///< validates first
+  std::size_t add_group(const AlgorithmConfig& config);  ///< validates first
   std::size_t num_groups() const { return configs_.size(); }
-  AdamConfig& config(std::size_t group);
-  const AdamConfig& config(std::size_t group) const;
+  AlgorithmConfig& config(std::size_t group);
+  const AlgorithmConfig& config(std::size_t group) const;
   /// Validates everything, then appends; throws (changing nothing) on bad input.
   void add(const std::string& name, const Tensor& param, const Tensor& grad, std::size_t group);
   /// Replaces the grad of `name` (null Tensor: no gradient this step); validates first.
@@ -96,7 +96,7 @@ class ParamRegistry {
 
   SpaceMask accepted_;
   std::string owner_;
-  std::vector<AdamConfig> configs_;
+  std::vector<AlgorithmConfig> configs_;
   std::vector<ParamEntry> entries_;
   std::vector<std::int64_t> steps_;  ///< per entry, see step()
   std::vector<char> sync_;           ///< per entry, see sync_master()
@@ -108,5 +108,12 @@ class ParamRegistry {
   std::uint64_t version_ = 0;
   std::int64_t total_elems_ = 0;  ///< padded numel of every entry, laid out or not
 };
+
+/// The state arrays the groups of `registry` keep (bit k: array k of their algorithm).
+inline unsigned arrays_needed(const ParamRegistry& registry) {
+  unsigned needed = 0;
+  for (std::size_t g = 0; g < registry.num_groups(); ++g) needed |= arrays_of(registry.config(g));
+  return needed;
+}
 
 }  // namespace kopt::Impl

@@ -4,6 +4,7 @@
 /// the local engine (FusedAdam) and the offload engine.
 
 #include <Kokkos_Core.hpp>
+#include <array>
 #include <kopt/impl/fault_injection.hpp>
 #include <kopt/impl/huge_pages.hpp>
 #include <string>
@@ -12,11 +13,17 @@
 
 namespace kopt::Impl {
 
-/// An engine's state arrays, in the order a checkpoint block holds them.
-enum StateArray : std::size_t { kExpAvg, kExpAvgSq, kMaxExpAvgSq, kMaster };
+/// An engine's state arrays, in the order a checkpoint block holds them: the policy's
+/// arrays (Policy::array_names; Adam: exp_avg, exp_avg_sq, max_exp_avg_sq), then the master.
+enum StateArray : std::size_t { kState0, kState1, kState2, kMaster };
+inline constexpr std::size_t kStateSlots = 4;
+
+/// Host arrays indexed by StateArray (null: not moved).
+template <class T>
+using StateArrays = std::array<T*, kStateSlots>;
 
 /// Floats between the starts of an engine's state arrays within their allocations: array k
-/// (exp_avg 0, exp_avg_sq 1, max 2, master 3) starts 17 k cache lines (1088 k bytes) in.
+/// (StateArray: the policy's 0-2, master 3) starts 17 k cache lines (1088 k bytes) in.
 /// Allocated alike, the arrays would all start at the same offset within a 4 KiB page, and
 /// the loads and stores an update issues to them side by side would share their address
 /// bits below 4 KiB (the CPU then stalls loads behind stores it cannot tell apart). Measured

@@ -1,6 +1,7 @@
 #pragma once
 /// \file
-/// The fused Adam kernel over a chunk table: many tensors, one launch.
+/// The fused update kernel over a chunk table: many tensors, one launch, any algorithm (the
+/// element update is its policy's, kopt/impl/policy.hpp).
 ///
 /// A group's tensors are cut into chunks of at most chunk_size elements; one work item (a
 /// host iteration, or a device team) updates one chunk, so a step over 10,000 small
@@ -13,28 +14,27 @@
 #include <algorithm>
 #include <cassert>
 #include <cstdint>
-#include <kopt/adam_update.hpp>
 #include <kopt/compat.hpp>
 #include <kopt/impl/f16_blocks.hpp>
 #include <kopt/impl/fault_injection.hpp>
+#include <kopt/impl/policy.hpp>
 #include <kopt/storage_types.hpp>
 #include <kopt/tensor.hpp>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace kopt::Impl {
 
 /// One parameter's memory and this step's scalars, as the kernel sees them.
-struct AdamSlot {
-  void* param = nullptr;       ///< ParamT*
-  const void* grad = nullptr;  ///< GradT*
-  float* master = nullptr;     ///< fp32 master of a 16-bit param, else null
-  float* exp_avg = nullptr;
-  float* exp_avg_sq = nullptr;
-  float* max_exp_avg_sq = nullptr;  ///< amsgrad only
-  std::int32_t scalar_set = 0;      ///< row of the launch's step-scalar table
-  DType grad_dtype = DType::f32;    ///< for the norm, which reads grads of every dtype at once
+struct UpdateSlot {
+  void* param = nullptr;                ///< ParamT*
+  const void* grad = nullptr;           ///< GradT*
+  float* master = nullptr;              ///< fp32 master of a 16-bit param, else null
+  float* state[max_state_arrays] = {};  ///< the policy's arrays; null where not kept
+  std::int32_t scalar_set = 0;          ///< row of the launch's step-scalar table
+  DType grad_dtype = DType::f32;        ///< for the norm, which reads grads of every dtype at once
 };
 
 /// Elements [begin, end) of slot `slot`.
@@ -74,20 +74,22 @@ Kokkos::View<Chunk*, typename ExecSpace::memory_space> upload_chunks(
 }
 
 /// One element of the fused update: widen, update (on the master for 16-bit params), round
-/// back once.
-template <class ParamT, class GradT, bool Amsgrad>
-KOKKOS_FORCEINLINE_FUNCTION void fused_adam_element(std::int64_t i, ParamT* KOPT_RESTRICT param,
-                                                    const GradT* KOPT_RESTRICT grad,
-                                                    float* KOPT_RESTRICT master,
-                                                    float* KOPT_RESTRICT m, float* KOPT_RESTRICT v,
-                                                    float* KOPT_RESTRICT vmax,
-                                                    const AdamStepScalars& s) {
-  float unused = 0.0f;
-  float& vm = Amsgrad ? vmax[i] : unused;
+/// back once. s0..s2 are the policy's state arrays (only those variant V keeps are touched).
+template <class Policy, int V, class ParamT, class GradT>
+KOKKOS_FORCEINLINE_FUNCTION void fused_element(std::int64_t i, ParamT* KOPT_RESTRICT param,
+                                               const GradT* KOPT_RESTRICT grad,
+                                               float* KOPT_RESTRICT master, float* KOPT_RESTRICT s0,
+                                               float* KOPT_RESTRICT s1, float* KOPT_RESTRICT s2,
+                                               const typename Policy::Scalars& s) {
+  constexpr unsigned kept = Policy::arrays_of(V);
+  float unused0 = 0.0f, unused1 = 0.0f, unused2 = 0.0f;
+  float& a0 = (kept & 1u) ? s0[i] : unused0;
+  float& a1 = (kept & 2u) ? s1[i] : unused1;
+  float& a2 = (kept & 4u) ? s2[i] : unused2;
   if constexpr (std::is_same_v<ParamT, float>) {
-    param[i] = adam_update<Amsgrad>(param[i], to_float(grad[i]), m[i], v[i], vm, s);
+    param[i] = Policy::template update<V>(param[i], to_float(grad[i]), a0, a1, a2, s);
   } else {
-    const float p = adam_update<Amsgrad>(master[i], to_float(grad[i]), m[i], v[i], vm, s);
+    const float p = Policy::template update<V>(master[i], to_float(grad[i]), a0, a1, a2, s);
     master[i] = p;
     param[i] = from_float<ParamT>(p);
   }
@@ -101,31 +103,33 @@ inline constexpr std::int64_t update_prefetch_elements = 512;
 inline constexpr int update_prefetch_stride = 16;
 
 /// Prefetches element i + update_prefetch_elements of each array the update streams.
-template <class ParamT, class GradT, bool Amsgrad>
+template <class Policy, int V, class ParamT, class GradT>
 KOKKOS_FORCEINLINE_FUNCTION void prefetch_update(std::int64_t i, const ParamT* param,
                                                  const GradT* grad, const float* master,
-                                                 const float* m, const float* v,
-                                                 const float* vmax) {
+                                                 const float* s0, const float* s1,
+                                                 const float* s2) {
+  constexpr unsigned kept = Policy::arrays_of(V);
   const std::int64_t a = i + update_prefetch_elements;
   prefetch_ahead(param, a);
   prefetch_ahead(grad, a);
   if constexpr (!std::is_same_v<ParamT, float>) prefetch_ahead(master, a);
-  prefetch_ahead(m, a);
-  prefetch_ahead(v, a);
-  if constexpr (Amsgrad) prefetch_ahead(vmax, a);
+  if constexpr ((kept & 1u) != 0) prefetch_ahead(s0, a);
+  if constexpr ((kept & 2u) != 0) prefetch_ahead(s1, a);
+  if constexpr ((kept & 4u) != 0) prefetch_ahead(s2, a);
 }
 
 /// The host loop over one chunk: unit stride, restrict parameters, and a function of its own,
 /// so GCC vectorizes it whatever it would otherwise be inlined into (inlined into the Serial
 /// backend's loop, GCC 12 gave up on it). Blocks of 16 elements, each after a prefetch of
 /// the lines 512 elements ahead; the block's loop vectorizes like the whole one did.
-template <class ParamT, class GradT, bool Amsgrad>
-KOPT_LOOP_FUNCTION void fused_adam_host_loop(std::int64_t begin, std::int64_t end,
-                                             ParamT* KOPT_RESTRICT param,
-                                             const GradT* KOPT_RESTRICT grad,
-                                             float* KOPT_RESTRICT master, float* KOPT_RESTRICT m,
-                                             float* KOPT_RESTRICT v, float* KOPT_RESTRICT vmax,
-                                             const AdamStepScalars s) {
+template <class Policy, int V, class ParamT, class GradT>
+KOPT_LOOP_FUNCTION void fused_host_loop(std::int64_t begin, std::int64_t end,
+                                        ParamT* KOPT_RESTRICT param,
+                                        const GradT* KOPT_RESTRICT grad,
+                                        float* KOPT_RESTRICT master, float* KOPT_RESTRICT s0,
+                                        float* KOPT_RESTRICT s1, float* KOPT_RESTRICT s2,
+                                        const typename Policy::Scalars s) {
+  constexpr unsigned kept = Policy::arrays_of(V);
   std::int64_t i = begin;
 #ifdef KOPT_HAVE_F16C
   // float16 params or grads: blocks of 16 with the CPU's conversions (f16_blocks.hpp); the
@@ -133,14 +137,16 @@ KOPT_LOOP_FUNCTION void fused_adam_host_loop(std::int64_t begin, std::int64_t en
   if constexpr (std::is_same_v<ParamT, float16> || std::is_same_v<GradT, float16>) {
     static_assert(f16_block == update_prefetch_stride);
     for (; i + f16_block <= end; i += f16_block) {
-      prefetch_update<ParamT, GradT, Amsgrad>(i, param, grad, master, m, v, vmax);
+      prefetch_update<Policy, V, ParamT, GradT>(i, param, grad, master, s0, s1, s2);
       float g[f16_block], p[f16_block];
       widen_block(grad + i, g);
       for (int k = 0; k < f16_block; ++k) {
-        float unused = 0.0f;
-        float& vm = Amsgrad ? vmax[i + k] : unused;
+        float unused0 = 0.0f, unused1 = 0.0f, unused2 = 0.0f;
+        float& a0 = (kept & 1u) ? s0[i + k] : unused0;
+        float& a1 = (kept & 2u) ? s1[i + k] : unused1;
+        float& a2 = (kept & 4u) ? s2[i + k] : unused2;
         const float w = std::is_same_v<ParamT, float> ? to_float(param[i + k]) : master[i + k];
-        p[k] = adam_update<Amsgrad>(w, g[k], m[i + k], v[i + k], vm, s);
+        p[k] = Policy::template update<V>(w, g[k], a0, a1, a2, s);
       }
       if constexpr (std::is_same_v<ParamT, float>) {
         for (int k = 0; k < f16_block; ++k) param[i + k] = p[k];
@@ -152,43 +158,44 @@ KOPT_LOOP_FUNCTION void fused_adam_host_loop(std::int64_t begin, std::int64_t en
   }
 #endif
   for (; i + update_prefetch_stride <= end; i += update_prefetch_stride) {
-    prefetch_update<ParamT, GradT, Amsgrad>(i, param, grad, master, m, v, vmax);
+    prefetch_update<Policy, V, ParamT, GradT>(i, param, grad, master, s0, s1, s2);
     for (int k = 0; k < update_prefetch_stride; ++k)
-      fused_adam_element<ParamT, GradT, Amsgrad>(i + k, param, grad, master, m, v, vmax, s);
+      fused_element<Policy, V, ParamT, GradT>(i + k, param, grad, master, s0, s1, s2, s);
   }
   for (; i < end; ++i)
-    fused_adam_element<ParamT, GradT, Amsgrad>(i, param, grad, master, m, v, vmax, s);
+    fused_element<Policy, V, ParamT, GradT>(i, param, grad, master, s0, s1, s2, s);
 }
 
-/// The fused update of every chunk in `chunks_`; ParamT/GradT/Amsgrad are chosen once on
-/// the host, so the element loop has no branch on dtype or variant.
-template <class ExecSpace, class ParamT, class GradT, bool Amsgrad>
-struct FusedAdamFunctor {
+/// The fused update of every chunk in `chunks_`; the policy's variant V and ParamT/GradT are
+/// chosen once on the host, so the element loop has no branch on dtype or variant.
+template <class ExecSpace, class Policy, int V, class ParamT, class GradT>
+struct FusedUpdateFunctor {
   using memory_space = typename ExecSpace::memory_space;
-  Kokkos::View<const AdamSlot*, memory_space> slots_;
-  Kokkos::View<const AdamStepScalars*, memory_space> scalars_;
+  using Scalars = typename Policy::Scalars;
+  Kokkos::View<const UpdateSlot*, memory_space> slots_;
+  Kokkos::View<const Scalars*, memory_space> scalars_;
   Kokkos::View<const Chunk*, memory_space> chunks_;
 
   /// Host: one chunk per iteration.
   KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t c) const {
     const Chunk chunk = chunks_(c);
-    const AdamSlot& slot = slots_(chunk.slot);
-    fused_adam_host_loop<ParamT, GradT, Amsgrad>(
+    const UpdateSlot& slot = slots_(chunk.slot);
+    fused_host_loop<Policy, V, ParamT, GradT>(
         chunk.begin, chunk.end, static_cast<ParamT*>(slot.param),
-        static_cast<const GradT*>(slot.grad), slot.master, slot.exp_avg, slot.exp_avg_sq,
-        slot.max_exp_avg_sq, scalars_(slot.scalar_set));
+        static_cast<const GradT*>(slot.grad), slot.master, slot.state[0], slot.state[1],
+        slot.state[2], scalars_(slot.scalar_set));
   }
 
   /// Device: one team per chunk, its threads striding through it (coalesced).
   template <class Member>
   KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
     const Chunk chunk = chunks_(team.league_rank());
-    const AdamSlot& slot = slots_(chunk.slot);
-    const AdamStepScalars s = scalars_(slot.scalar_set);
+    const UpdateSlot& slot = slots_(chunk.slot);
+    const Scalars s = scalars_(slot.scalar_set);
     for (std::int64_t i = chunk.begin + team.team_rank(); i < chunk.end; i += team.team_size())
-      fused_adam_element<ParamT, GradT, Amsgrad>(
-          i, static_cast<ParamT*>(slot.param), static_cast<const GradT*>(slot.grad), slot.master,
-          slot.exp_avg, slot.exp_avg_sq, slot.max_exp_avg_sq, s);
+      fused_element<Policy, V, ParamT, GradT>(i, static_cast<ParamT*>(slot.param),
+                                              static_cast<const GradT*>(slot.grad), slot.master,
+                                              slot.state[0], slot.state[1], slot.state[2], s);
   }
 };
 
@@ -256,11 +263,11 @@ struct SyncSpanFunctor {
 template <class ExecSpace, class ParamT>
 struct SyncMasterFunctor {
   using memory_space = typename ExecSpace::memory_space;
-  Kokkos::View<const AdamSlot*, memory_space> slots_;
+  Kokkos::View<const UpdateSlot*, memory_space> slots_;
   Kokkos::View<const Chunk*, memory_space> chunks_;
 
-  KOKKOS_FORCEINLINE_FUNCTION void sync(const AdamSlot& slot, std::int64_t begin, std::int64_t end,
-                                        std::int64_t stride) const {
+  KOKKOS_FORCEINLINE_FUNCTION void sync(const UpdateSlot& slot, std::int64_t begin,
+                                        std::int64_t end, std::int64_t stride) const {
     const ParamT* KOPT_RESTRICT param = static_cast<const ParamT*>(slot.param);
     float* KOPT_RESTRICT master = slot.master;
     for (std::int64_t i = begin; i < end; i += stride)
@@ -280,7 +287,7 @@ struct SyncMasterFunctor {
 /// Launches the master sync of `chunks`, all of params of 16-bit `dtype`.
 template <class ExecSpace>
 void launch_sync(const ExecSpace& exec, const std::string& label, DType dtype,
-                 const Kokkos::View<const AdamSlot*, typename ExecSpace::memory_space>& slots,
+                 const Kokkos::View<const UpdateSlot*, typename ExecSpace::memory_space>& slots,
                  const Kokkos::View<const Chunk*, typename ExecSpace::memory_space>& chunks) {
   visit_update_dtype(dtype, [&](auto param_type) {
     using P = decltype(param_type);
@@ -290,25 +297,35 @@ void launch_sync(const ExecSpace& exec, const std::string& label, DType dtype,
   });
 }
 
-/// Launches the fused update of `chunks` for one kernel class: the dtypes and the variant are
-/// chosen here, once, so the element loop has no branch on them.
-template <class ExecSpace>
+/// Calls f(std::integral_constant<int, V>{}) for the policy variant V == `variant`.
+template <class Policy, int V = 0, class F>
+void visit_variant(int variant, F&& f) {
+  if constexpr (V < Policy::num_variants) {
+    if (variant == V) return f(std::integral_constant<int, V>{});
+    visit_variant<Policy, V + 1>(variant, std::forward<F>(f));
+  } else {
+    assert(false && "kopt: no such variant of the policy");
+  }
+}
+
+/// Launches the fused update of `chunks` for one kernel class: the dtypes and the policy's
+/// variant are chosen here, once, so the element loop has no branch on them.
+template <class ExecSpace, class Policy>
 void launch_update(
-    const ExecSpace& exec, const std::string& label, DType param, DType grad, bool amsgrad,
-    const Kokkos::View<const AdamSlot*, typename ExecSpace::memory_space>& slots,
-    const Kokkos::View<const AdamStepScalars*, typename ExecSpace::memory_space>& scalars,
+    const ExecSpace& exec, const std::string& label, DType param, DType grad, int variant,
+    const Kokkos::View<const UpdateSlot*, typename ExecSpace::memory_space>& slots,
+    const Kokkos::View<const typename Policy::Scalars*, typename ExecSpace::memory_space>& scalars,
     const Kokkos::View<const Chunk*, typename ExecSpace::memory_space>& chunks) {
   const auto n = static_cast<std::int64_t>(chunks.extent(0));
   visit_update_dtype(param, [&](auto param_type) {
     visit_update_dtype(grad, [&](auto grad_type) {
-      using P = decltype(param_type);
-      using G = decltype(grad_type);
-      if (amsgrad)
+      visit_variant<Policy>(variant, [&](auto v) {
+        using P = decltype(param_type);
+        using G = decltype(grad_type);
         launch_chunks(exec, label, n,
-                      FusedAdamFunctor<ExecSpace, P, G, true>{slots, scalars, chunks});
-      else
-        launch_chunks(exec, label, n,
-                      FusedAdamFunctor<ExecSpace, P, G, false>{slots, scalars, chunks});
+                      FusedUpdateFunctor<ExecSpace, Policy, decltype(v)::value, P, G>{
+                          slots, scalars, chunks});
+      });
     });
   });
 }

@@ -1,6 +1,6 @@
 #pragma once
 /// \file
-/// Member definitions of kopt::FusedAdam. Included by the per-backend instantiation files in
+/// Member definitions of kopt::FusedOptimizer. Included by the per-backend instantiation files in
 /// backends/ (and by code that instantiates the engine for another execution space); users
 /// of the instantiated spaces only need <kopt/fused_adam.hpp>.
 
@@ -8,7 +8,7 @@
 #include <cassert>
 #include <cmath>
 #include <kopt/error.hpp>
-#include <kopt/fused_adam.hpp>
+#include <kopt/fused_optimizer.hpp>
 #include <kopt/grad_norm.hpp>
 #include <kopt/impl/fault_injection.hpp>
 #include <kopt/impl/huge_pages.hpp>
@@ -39,52 +39,51 @@ SpaceMask reachable_spaces() {
 
 }  // namespace Impl
 
-template <class ExecSpace>
-FusedAdam<ExecSpace>::FusedAdam(const ExecSpace& exec, const AdamConfig& config, std::string label)
+template <class ExecSpace, class Policy>
+FusedOptimizer<ExecSpace, Policy>::FusedOptimizer(const ExecSpace& exec, const Config& config,
+                                                  std::string label)
     : exec_(exec),
       label_(std::move(label)),
       registry_(Impl::reachable_spaces<ExecSpace>(), label_) {
   registry_.add_group(config);
 }
 
-template <class ExecSpace>
-std::size_t FusedAdam<ExecSpace>::add_group(const AdamConfig& config) {
+template <class ExecSpace, class Policy>
+std::size_t FusedOptimizer<ExecSpace, Policy>::add_group(const Config& config) {
   return registry_.add_group(config);
 }
 
-template <class ExecSpace>
-void FusedAdam<ExecSpace>::add(const std::string& name, const Tensor& param, const Tensor& grad,
-                               std::size_t group) {
+template <class ExecSpace, class Policy>
+void FusedOptimizer<ExecSpace, Policy>::add(const std::string& name, const Tensor& param,
+                                            const Tensor& grad, std::size_t group) {
   registry_.add(name, param, grad, group);
 }
 
-template <class ExecSpace>
-void FusedAdam<ExecSpace>::ensure_state_() {
+template <class ExecSpace, class Policy>
+void FusedOptimizer<ExecSpace, Policy>::ensure_state_() {
   // Exception-safe by construction: each array is replaced only by a complete, larger copy.
   // A failure (allocation, launch) leaves every value as it was, and the next call finishes
   // the work. New masters start at zero, flagged: their first update takes them from the
   // params (Impl::synced_master), so a param may change until then.
   Impl::require_kokkos(label_.c_str());
   const auto [moments, masters] = registry_.lay_out();
-  bool need_max = false;
-  for (std::size_t g = 0; g < registry_.num_groups(); ++g) need_max |= registry_.config(g).amsgrad;
+  const unsigned needed = Impl::arrays_needed(registry_);
   const auto sized = [&](const FloatView& v, std::int64_t n) {
     return static_cast<std::int64_t>(v.extent(0)) == n;
   };
-  const bool max_ok =
-      sized(max_exp_avg_sq_, moments) || (!need_max && max_exp_avg_sq_.extent(0) == 0);
-  if (sized(exp_avg_, moments) && sized(exp_avg_sq_, moments) && max_ok &&
-      sized(master_, masters) && slots_.extent(0) == registry_.size())
-    return;
-  const auto grow = [&](const FloatView& old, std::int64_t n, const char* what,
-                        Impl::StateArray which) {
-    return Impl::grow_state_array(exec_, old, n, label_ + "::" + what, which);
+  // An array is kept for every param once any group needs it (and then kept).
+  const auto array_ok = [&](std::size_t k) {
+    return sized(state_[k], moments) || ((needed >> k & 1u) == 0 && state_[k].extent(0) == 0);
   };
-  exp_avg_ = grow(exp_avg_, moments, "exp_avg", Impl::kExpAvg);
-  exp_avg_sq_ = grow(exp_avg_sq_, moments, "exp_avg_sq", Impl::kExpAvgSq);
-  if (need_max || max_exp_avg_sq_.extent(0) > 0)
-    max_exp_avg_sq_ = grow(max_exp_avg_sq_, moments, "max_exp_avg_sq", Impl::kMaxExpAvgSq);
-  master_ = grow(master_, masters, "master", Impl::kMaster);
+  bool ok = sized(master_, masters) && slots_.extent(0) == registry_.size();
+  for (std::size_t k = 0; k < state_.size(); ++k) ok = ok && array_ok(k);
+  if (ok) return;
+  for (std::size_t k = 0; k < state_.size(); ++k)
+    if ((needed >> k & 1u) != 0 || state_[k].extent(0) > 0)
+      state_[k] =
+          Impl::grow_state_array(exec_, state_[k], moments, label_ + "::" + Policy::array_names[k],
+                                 static_cast<Impl::StateArray>(k));
+  master_ = Impl::grow_state_array(exec_, master_, masters, label_ + "::master", Impl::kMaster);
   if (slots_.extent(0) != registry_.size()) {
     Impl::allocation_point();
     decltype(slots_) slots(Kokkos::view_alloc(exec_, label_ + "::slots"), registry_.size());
@@ -95,18 +94,18 @@ void FusedAdam<ExecSpace>::ensure_state_() {
   planned_ = false;
 }
 
-template <class ExecSpace>
-bool FusedAdam<ExecSpace>::plan_current_() const {
+template <class ExecSpace, class Policy>
+bool FusedOptimizer<ExecSpace, Policy>::plan_current_() const {
   if (!planned_ || planned_version_ != registry_.version() ||
-      planned_amsgrad_.size() != registry_.num_groups())
+      planned_variants_.size() != registry_.num_groups())
     return false;
   for (std::size_t g = 0; g < registry_.num_groups(); ++g)
-    if (registry_.config(g).amsgrad != planned_amsgrad_[g]) return false;
+    if (Policy::variant(config(g)) != planned_variants_[g]) return false;
   return true;
 }
 
-template <class ExecSpace>
-void FusedAdam<ExecSpace>::fill_slots_() {
+template <class ExecSpace, class Policy>
+void FusedOptimizer<ExecSpace, Policy>::fill_slots_() {
   // Params that share a group and a step count share a row of scalars (usually a group is
   // one row); consecutive params usually share it, so the map is asked only on a change.
   updated_.clear();
@@ -115,15 +114,13 @@ void FusedAdam<ExecSpace>::fill_slots_() {
   std::int32_t row = -1;
   for (std::size_t i = 0; i < registry_.size(); ++i) {
     const Impl::ParamEntry& e = registry_[i];
-    Impl::AdamSlot& slot = slots_host_(i);
+    Impl::UpdateSlot& slot = slots_host_(i);
     slot.param = e.param.data;
     slot.grad = e.grad.data;
     slot.grad_dtype = e.grad.dtype;
     slot.master = e.master_offset >= 0 ? master_.data() + e.master_offset : nullptr;
-    slot.exp_avg = exp_avg_.data() + e.state_offset;
-    slot.exp_avg_sq = exp_avg_sq_.data() + e.state_offset;
-    slot.max_exp_avg_sq =
-        max_exp_avg_sq_.extent(0) > 0 ? max_exp_avg_sq_.data() + e.state_offset : nullptr;
+    for (std::size_t k = 0; k < state_.size(); ++k)
+      slot.state[k] = state_[k].extent(0) > 0 ? state_[k].data() + e.state_offset : nullptr;
     slot.scalar_set = 0;
     if (signature_[i] == 0) continue;
     updated_.push_back(i);
@@ -146,8 +143,8 @@ void FusedAdam<ExecSpace>::fill_slots_() {
   Kokkos::deep_copy(exec_, slots_, slots_host_);  // a no-op where the mirror is the view
 }
 
-template <class ExecSpace>
-void FusedAdam<ExecSpace>::build_sync_(const std::vector<std::size_t>& entries) {
+template <class ExecSpace, class Policy>
+void FusedOptimizer<ExecSpace, Policy>::build_sync_(const std::vector<std::size_t>& entries) {
   // Built aside and swapped in, like the classes: a failed upload leaves the old tables.
   std::vector<SyncTable> tables;
   for (const DType dtype : {DType::bf16, DType::f16}) {
@@ -163,9 +160,9 @@ void FusedAdam<ExecSpace>::build_sync_(const std::vector<std::size_t>& entries) 
   sync_entries_ = entries;
 }
 
-template <class ExecSpace>
-typename FusedAdam<ExecSpace>::FloatView FusedAdam<ExecSpace>::synced_master_(
-    const Impl::ParamEntry& e) {
+template <class ExecSpace, class Policy>
+typename FusedOptimizer<ExecSpace, Policy>::FloatView
+FusedOptimizer<ExecSpace, Policy>::synced_master_(const Impl::ParamEntry& e) {
   // Computed aside: the engine's master stays as it is until the param's next update, so
   // weights written after this call still count.
   Impl::allocation_point();
@@ -183,9 +180,9 @@ typename FusedAdam<ExecSpace>::FloatView FusedAdam<ExecSpace>::synced_master_(
   return out;
 }
 
-template <class ExecSpace>
-void FusedAdam<ExecSpace>::build_classes_(const std::vector<int>& signature,
-                                          const std::vector<ClassKey>& keys) {
+template <class ExecSpace, class Policy>
+void FusedOptimizer<ExecSpace, Policy>::build_classes_(const std::vector<int>& signature,
+                                                       const std::vector<ClassKey>& keys) {
   // Built aside and swapped in: a failed upload leaves the old plan, which the signature
   // still describes.
   std::vector<KernelClass> classes(keys.size());
@@ -207,8 +204,8 @@ void FusedAdam<ExecSpace>::build_classes_(const std::vector<int>& signature,
   signature_ = signature;
 }
 
-template <class ExecSpace>
-void FusedAdam<ExecSpace>::prepare_step() {
+template <class ExecSpace, class Policy>
+void FusedOptimizer<ExecSpace, Policy>::prepare_step() {
   ensure_state_();
   if (!plan_current_()) build_plan_();
   // Refused here, before any engine of an optimizer launches anything: no step overflows.
@@ -218,8 +215,8 @@ void FusedAdam<ExecSpace>::prepare_step() {
                          << set.step << " steps, the most kopt counts (kopt::max_step_count)");
 }
 
-template <class ExecSpace>
-void FusedAdam<ExecSpace>::build_plan_() {
+template <class ExecSpace, class Policy>
+void FusedOptimizer<ExecSpace, Policy>::build_plan_() {
   planned_ = false;  // until every table below is built
   // Which kernel class each param falls in this step (0: no grad, skipped).
   std::vector<int>& signature = next_signature_;  // members: no host allocation per step
@@ -229,7 +226,7 @@ void FusedAdam<ExecSpace>::build_plan_() {
   for (std::size_t i = 0; i < registry_.size(); ++i) {
     const Impl::ParamEntry& e = registry_[i];
     if (e.grad.data == nullptr) continue;
-    const ClassKey key{e.param.dtype, e.grad.dtype, registry_.config(e.group).amsgrad};
+    const ClassKey key{e.param.dtype, e.grad.dtype, Policy::variant(config(e.group))};
     const auto it = std::find(keys.begin(), keys.end(), key);
     signature[i] = static_cast<int>(it - keys.begin()) + 1;
     if (it == keys.end()) keys.push_back(key);
@@ -247,45 +244,44 @@ void FusedAdam<ExecSpace>::build_plan_() {
       sync.push_back(i);
   if (sync != sync_entries_) build_sync_(sync);
   fill_slots_();
-  planned_amsgrad_.assign(registry_.num_groups(), false);
+  planned_variants_.assign(registry_.num_groups(), 0);
   for (std::size_t g = 0; g < registry_.num_groups(); ++g)
-    planned_amsgrad_[g] = registry_.config(g).amsgrad;
+    planned_variants_[g] = Policy::variant(config(g));
   planned_version_ = registry_.version();
   planned_ = true;
 }
 
-template <class ExecSpace>
-void FusedAdam<ExecSpace>::grad_norm_parts(Impl::NormParts& out) {
+template <class ExecSpace, class Policy>
+void FusedOptimizer<ExecSpace, Policy>::grad_norm_parts(Impl::NormParts& out) {
   registry_.validate_configs();
   prepare_step();
   norms_.sums(exec_, label_ + "::grad_sum_of_squares", slots_, out);
 }
 
-template <class ExecSpace>
-double FusedAdam<ExecSpace>::grad_sum_of_squares() {
+template <class ExecSpace, class Policy>
+double FusedOptimizer<ExecSpace, Policy>::grad_sum_of_squares() {
   Impl::NormParts parts;
   grad_norm_parts(parts);
   Impl::add_fragment_blocks(parts);  // alone, a cut block's other elements count as zeros
   return parts.sum.value();
 }
 
-template <class ExecSpace>
-void FusedAdam<ExecSpace>::step(double grad_scale) {
+template <class ExecSpace, class Policy>
+void FusedOptimizer<ExecSpace, Policy>::step(double grad_scale) {
   KOPT_THROW_IF(!std::isfinite(grad_scale),
                 label_ << ": step(grad_scale = " << grad_scale << "): grad_scale must be finite");
   registry_.validate_configs();
   prepare_step();
   for (std::size_t k = 0; k < sets_.size(); ++k)
-    scalars_host_(k) =
-        AdamStepScalars::make(registry_.config(sets_[k].group), sets_[k].step + 1, grad_scale);
+    scalars_host_(k) = Policy::scalars(config(sets_[k].group), sets_[k].step + 1, grad_scale);
   Kokkos::deep_copy(exec_, scalars_, scalars_host_);
   // Launched here, not in prepare_step(): a step that fails or is skipped before its update
   // leaves the masters as they were, so weights written after it still count.
   for (const SyncTable& t : sync_tables_)
     Impl::launch_sync(exec_, label_ + "::sync_master", t.dtype, slots_, t.chunks);
   for (const KernelClass& kc : classes_)
-    Impl::launch_update(exec_, label_ + "::update", kc.key.param, kc.key.grad, kc.key.amsgrad,
-                        slots_, scalars_, kc.chunks);
+    Impl::launch_update<ExecSpace, Policy>(exec_, label_ + "::update", kc.key.param, kc.key.grad,
+                                           kc.key.variant, slots_, scalars_, kc.chunks);
   for (const std::size_t i : updated_) registry_.advance(i);  // the master leads from now on
   for (ScalarSet& set : sets_) ++set.step;  // its params all stepped: still one row
   // Every synced entry was just updated: the next step syncs none of them (the plan stays
@@ -296,8 +292,8 @@ void FusedAdam<ExecSpace>::step(double grad_scale) {
   sync_tables_.clear();
 }
 
-template <class ExecSpace>
-void FusedAdam<ExecSpace>::reload_model_params() {
+template <class ExecSpace, class Policy>
+void FusedOptimizer<ExecSpace, Policy>::reload_model_params() {
   // Lazy: each param's next update reconciles its master with it, keeping a master that
   // already rounds to the param (a checkpoint's exact fp32 value) and taking the param
   // wherever the training code wrote other weights.
@@ -305,8 +301,8 @@ void FusedAdam<ExecSpace>::reload_model_params() {
   planned_ = false;  // the next step builds its sync tables
 }
 
-template <class ExecSpace>
-AdamStateView<typename FusedAdam<ExecSpace>::memory_space> FusedAdam<ExecSpace>::state(
+template <class ExecSpace, class Policy>
+typename FusedOptimizer<ExecSpace, Policy>::State FusedOptimizer<ExecSpace, Policy>::state(
     const std::string& name) {
   const std::size_t i = registry_.index_of(name);
   ensure_state_();
@@ -314,11 +310,10 @@ AdamStateView<typename FusedAdam<ExecSpace>::memory_space> FusedAdam<ExecSpace>:
   const auto range = [](std::int64_t off, std::int64_t n) {
     return std::make_pair(static_cast<std::size_t>(off), static_cast<std::size_t>(off + n));
   };
-  AdamStateView<memory_space> s;
-  s.exp_avg = Kokkos::subview(exp_avg_, range(e.state_offset, e.param.numel));
-  s.exp_avg_sq = Kokkos::subview(exp_avg_sq_, range(e.state_offset, e.param.numel));
-  if (max_exp_avg_sq_.extent(0) > 0)
-    s.max_exp_avg_sq = Kokkos::subview(max_exp_avg_sq_, range(e.state_offset, e.param.numel));
+  State s;
+  for (std::size_t k = 0; k < state_.size(); ++k)
+    if (state_[k].extent(0) > 0)
+      s.arrays[k] = Kokkos::subview(state_[k], range(e.state_offset, e.param.numel));
   if (e.master_offset >= 0 && registry_.sync_master(i))
     s.master = synced_master_(e);
   else if (e.master_offset >= 0)
@@ -327,9 +322,10 @@ AdamStateView<typename FusedAdam<ExecSpace>::memory_space> FusedAdam<ExecSpace>:
   return s;
 }
 
-template <class ExecSpace>
-std::size_t FusedAdam<ExecSpace>::span_of_(const std::string& name, std::int64_t offset,
-                                           std::int64_t count, const char* call) const {
+template <class ExecSpace, class Policy>
+std::size_t FusedOptimizer<ExecSpace, Policy>::span_of_(const std::string& name,
+                                                        std::int64_t offset, std::int64_t count,
+                                                        const char* call) const {
   const std::size_t i = registry_.index_of(name);
   const std::int64_t n = registry_[i].param.numel;
   KOPT_THROW_IF(offset < 0 || count < 0 || offset > n || count > n - offset,
@@ -338,10 +334,10 @@ std::size_t FusedAdam<ExecSpace>::span_of_(const std::string& name, std::int64_t
   return i;
 }
 
-template <class ExecSpace>
-void FusedAdam<ExecSpace>::read_state(const std::string& name, std::int64_t offset,
-                                      std::int64_t count, float* exp_avg, float* exp_avg_sq,
-                                      float* max_exp_avg_sq, float* master) {
+template <class ExecSpace, class Policy>
+void FusedOptimizer<ExecSpace, Policy>::read_state(const std::string& name, std::int64_t offset,
+                                                   std::int64_t count,
+                                                   const Impl::StateArrays<float>& out) {
   const std::size_t i = span_of_(name, offset, count, "read_state");
   ensure_state_();
   Impl::fence(exec_, label_ + "::read_state");  // updates enqueued before
@@ -357,9 +353,8 @@ void FusedAdam<ExecSpace>::read_state(const std::string& name, std::int64_t offs
     const auto first = static_cast<std::size_t>(at + offset);
     Kokkos::deep_copy(Host(to, n), Kokkos::subview(from, std::make_pair(first, first + n)));
   };
-  get(exp_avg_, e.state_offset, exp_avg);
-  get(exp_avg_sq_, e.state_offset, exp_avg_sq);
-  get(max_exp_avg_sq_, e.state_offset, max_exp_avg_sq);
+  for (std::size_t k = 0; k < state_.size(); ++k) get(state_[k], e.state_offset, out[k]);
+  float* const master = out[Impl::kMaster];
   if (e.master_offset < 0 || master == nullptr || n == 0) return;
   get(master_, e.master_offset, master);
   if (!registry_.sync_master(i)) return;
@@ -381,11 +376,10 @@ void FusedAdam<ExecSpace>::read_state(const std::string& name, std::int64_t offs
   });
 }
 
-template <class ExecSpace>
-void FusedAdam<ExecSpace>::write_state(const std::string& name, std::int64_t offset,
-                                       std::int64_t count, const float* exp_avg,
-                                       const float* exp_avg_sq, const float* max_exp_avg_sq,
-                                       const float* master) {
+template <class ExecSpace, class Policy>
+void FusedOptimizer<ExecSpace, Policy>::write_state(const std::string& name, std::int64_t offset,
+                                                    std::int64_t count,
+                                                    const Impl::StateArrays<const float>& in) {
   const std::size_t i = span_of_(name, offset, count, "write_state");
   ensure_state_();
   const Impl::ParamEntry& e = registry_[i];
@@ -397,15 +391,13 @@ void FusedAdam<ExecSpace>::write_state(const std::string& name, std::int64_t off
     const auto first = static_cast<std::size_t>(at + offset);
     Kokkos::deep_copy(exec_, Kokkos::subview(to, std::make_pair(first, first + n)), Host(from, n));
   };
-  put(exp_avg_, e.state_offset, exp_avg);
-  put(exp_avg_sq_, e.state_offset, exp_avg_sq);
-  put(max_exp_avg_sq_, e.state_offset, max_exp_avg_sq);
-  if (e.master_offset >= 0) put(master_, e.master_offset, master);
+  for (std::size_t k = 0; k < state_.size(); ++k) put(state_[k], e.state_offset, in[k]);
+  if (e.master_offset >= 0) put(master_, e.master_offset, in[Impl::kMaster]);
   Impl::fence(exec_, label_ + "::write_state");  // the host arrays may die right after
 }
 
-template <class ExecSpace>
-void FusedAdam<ExecSpace>::commit_state(const std::string& name, std::int64_t step) {
+template <class ExecSpace, class Policy>
+void FusedOptimizer<ExecSpace, Policy>::commit_state(const std::string& name, std::int64_t step) {
   const std::size_t i = registry_.index_of(name);
   KOPT_THROW_IF(step < 0 || step > max_step_count,
                 label_ << ": commit_state('" << name << "'): step count " << step
@@ -414,22 +406,11 @@ void FusedAdam<ExecSpace>::commit_state(const std::string& name, std::int64_t st
   planned_ = false;               // its scalar row and sync table change
 }
 
-template <class ExecSpace>
-void FusedAdam<ExecSpace>::set_state(const std::string& name, std::int64_t step,
-                                     const float* exp_avg, const float* exp_avg_sq,
-                                     const float* max_exp_avg_sq, const float* master) {
-  const std::size_t i = registry_.index_of(name);
-  KOPT_THROW_IF(step < 0 || step > max_step_count,
-                label_ << ": set_state('" << name << "'): step count " << step
-                       << " is outside [0, kopt::max_step_count]");
-  write_state(name, 0, registry_[i].param.numel, exp_avg, exp_avg_sq, max_exp_avg_sq, master);
-  commit_state(name, step);
-}
-
-template <class ExecSpace>
-std::size_t FusedAdam<ExecSpace>::state_bytes() const {
-  return sizeof(float) *
-         (exp_avg_.span() + exp_avg_sq_.span() + max_exp_avg_sq_.span() + master_.span());
+template <class ExecSpace, class Policy>
+std::size_t FusedOptimizer<ExecSpace, Policy>::state_bytes() const {
+  std::size_t floats = master_.span();
+  for (const FloatView& a : state_) floats += a.span();
+  return sizeof(float) * floats;
 }
 
 }  // namespace kopt

@@ -1,0 +1,7 @@
+// The fused engine compiled for Kokkos::Serial, for every algorithm. The math lives in
+// include/kopt/; this file only instantiates it for the space.
+#include <kopt/impl/fused_engine_def.hpp>
+
+template class kopt::FusedOptimizer<Kokkos::Serial, kopt::Impl::AdamPolicy>;
+template std::unique_ptr<kopt::Impl::Engine> kopt::Impl::make_fused_engine<Kokkos::Serial>(
+    const Kokkos::Serial&, std::size_t, const std::string&);

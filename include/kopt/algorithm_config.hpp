@@ -1,0 +1,74 @@
+#pragma once
+/// \file
+/// The algorithms kopt runs, in one list: a group's config is any of them
+/// (kopt::AlgorithmConfig), and its type is the group's algorithm. Every engine, the
+/// checkpoint and the C API are generic over the list. Adding an elementwise algorithm (the
+/// README, "Adding an algorithm"): its public config (kopt/<name>_config.hpp), its policy
+/// (kopt/impl/policies/<name>.hpp, see kopt/impl/policy.hpp) and one entry here.
+
+#include <bit>
+#include <cstddef>
+#include <kopt/adagrad_config.hpp>
+#include <kopt/adam_config.hpp>
+#include <kopt/lion_config.hpp>
+#include <kopt/sgd_config.hpp>
+#include <string>
+#include <utility>
+#include <variant>
+
+namespace kopt {
+
+/// One group's algorithm and hyperparameters: AdamConfig, SgdConfig, LionConfig or
+/// AdagradConfig (converts implicitly from each). The position is kopt's own; a checkpoint
+/// records the name.
+using AlgorithmConfig = std::variant<AdamConfig, SgdConfig, LionConfig, AdagradConfig>;
+
+/// The algorithm's name ("adam", "sgd", "lion", "adagrad").
+const char* algorithm_name(const AlgorithmConfig& config);
+
+/// Throws kopt::InvalidArgument naming the field and its value when the config is invalid.
+void validate(const AlgorithmConfig& config);
+
+namespace Impl {
+
+inline constexpr std::size_t num_algorithms = std::variant_size_v<AlgorithmConfig>;
+
+/// Calls f(Config{}) with a default config of algorithm `index` (an AlgorithmConfig index;
+/// the last one for an index past the list).
+template <class F, std::size_t I = 0>
+decltype(auto) visit_config_type(std::size_t index, F&& f) {
+  using C = std::variant_alternative_t<I, AlgorithmConfig>;
+  if constexpr (I + 1 == num_algorithms) {
+    return f(C{});
+  } else {
+    if (index == I) return f(C{});
+    return visit_config_type<F, I + 1>(index, std::forward<F>(f));
+  }
+}
+
+[[noreturn]] void throw_wrong_algorithm(const AlgorithmConfig& held, const AlgorithmConfig& asked);
+
+/// `config` as a C (a config type of the list); throws InvalidArgument naming both algorithms
+/// when it holds another.
+template <class C>
+C& config_as(AlgorithmConfig& config) {
+  C* c = std::get_if<C>(&config);
+  if (c == nullptr) throw_wrong_algorithm(config, AlgorithmConfig(C{}));
+  return *c;
+}
+
+/// The state arrays a group with `config` keeps (bit k: its algorithm's array k).
+inline unsigned arrays_of(const AlgorithmConfig& config) {
+  return std::visit([](const auto& c) { return c.state_arrays(); }, config);
+}
+
+/// How many state arrays a group with `config` keeps per element (masters not counted).
+inline std::size_t arrays_kept(const AlgorithmConfig& config) {
+  return static_cast<std::size_t>(std::popcount(arrays_of(config)));
+}
+
+/// The AlgorithmConfig index of `name`, or num_algorithms when no algorithm has it.
+std::size_t algorithm_index(const std::string& name);
+
+}  // namespace Impl
+}  // namespace kopt

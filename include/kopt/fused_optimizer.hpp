@@ -1,0 +1,190 @@
+#pragma once
+/// \file
+/// kopt::FusedOptimizer: the engine that runs one algorithm (a policy, kopt/impl/policy.hpp)
+/// over many parameters whose memory an execution space can reach. It keeps the optimizer
+/// state (the policy's arrays, fp32 masters of 16-bit params) in that space and updates every
+/// parameter in one launch per (param dtype, grad dtype, policy variant) class present,
+/// normally one. kopt::FusedAdam is its Adam form.
+
+#include <Kokkos_Core.hpp>
+#include <cstdint>
+#include <kopt/grad_norm.hpp>
+#include <kopt/impl/param_registry.hpp>
+#include <kopt/impl/policies.hpp>
+#include <kopt/impl/state_arrays.hpp>
+#include <kopt/impl/update_kernel.hpp>
+#include <kopt/tensor.hpp>
+#include <string>
+#include <vector>
+
+namespace kopt {
+
+/// Read-only handles on one parameter's state, in the engine's memory space.
+template <class MemSpace, std::size_t NumArrays>
+struct StateView {
+  /// The policy's arrays (Policy::array_names); empty where no group keeps one yet.
+  std::array<Kokkos::View<const float*, MemSpace>, NumArrays> arrays;
+  Kokkos::View<const float*, MemSpace> master;  ///< empty for fp32 params
+  std::int64_t step = 0;                        ///< completed updates
+};
+
+template <class ExecSpace, class Policy>
+class FusedOptimizer {
+ public:
+  using execution_space = ExecSpace;
+  using memory_space = typename ExecSpace::memory_space;
+  using Config = typename Policy::Config;
+  using State = StateView<memory_space, Policy::num_arrays>;
+
+  /// An engine with one group (index 0) of `config`; validates it. Allocates nothing.
+  explicit FusedOptimizer(const ExecSpace& exec, const Config& config = Config{},
+                          std::string label = "kopt::FusedOptimizer");
+
+  /// Adds a group with its own hyperparameters; returns its index. Validates first.
+  std::size_t add_group(const Config& config);
+  std::size_t num_groups() const { return registry_.num_groups(); }
+  /// A group's config, mutable between steps (schedules); step() validates it.
+  Config& config(std::size_t group = 0) { return std::get<Config>(registry_.config(group)); }
+  const Config& config(std::size_t group = 0) const {
+    return std::get<Config>(registry_.config(group));
+  }
+
+  /// Registers `param` (updated in place) with `grad` under a unique `name` in `group`.
+  /// Both must live where this engine's execution space can reach them, be f32, bf16 or
+  /// f16, and have equal numel; a null grad means no gradient yet. A 16-bit param gets an
+  /// fp32 master copy, taken from the param by its first update (the param may be written
+  /// until then). Throws a kopt::Error and changes nothing on bad input.
+  void add(const std::string& name, const Tensor& param, const Tensor& grad, std::size_t group = 0);
+  /// Replaces the grad of `name`; a null Tensor means no gradient this step (the param and
+  /// its state are then left untouched by step()). Validates first.
+  void set_grad(const std::string& name, const Tensor& grad) { registry_.set_grad(name, grad); }
+  /// Points `name` at new memory (a framework replaced its tensors): same numel and dtype,
+  /// reachable from this engine. Its state (moments, master, step count) is kept: the new
+  /// param must hold the same values as the old one. Validates first.
+  void rebind(const std::string& name, const Tensor& param, const Tensor& grad) {
+    registry_.rebind(name, param, grad);
+  }
+
+  /// Sum of squares of every present grad, computed on the execution space (blocks until it
+  /// is done), rounded once to double from an exact sum: the same bits in whatever order or
+  /// engines the grads sit (see kopt/grad_norm.hpp). +Inf or NaN when any grad element is not
+  /// finite. Elements of a shard's cut edge blocks that the engine does not hold count as 0.
+  double grad_sum_of_squares();
+  /// The same, unrounded: the exact sum over whole blocks, and the edge fragments of cut
+  /// blocks for the caller to combine with other engines' and ranks' (the optimizer does).
+  void grad_norm_parts(Impl::NormParts& out);
+
+  /// Allocates whatever the next step() needs (state of new params, the chunk tables for the
+  /// params that have grads now). step() calls it first; called before, it makes the step
+  /// itself free of allocation. On failure (std::bad_alloc, a Kokkos allocation error) every
+  /// value is as before and a later call retries.
+  void prepare_step();
+
+  /// One step of every param that has a grad, with the grads multiplied by
+  /// `grad_scale` (unscale / clip; must be finite). Enqueues the work on the execution space
+  /// instance and returns without waiting: fence it before reading params on the host.
+  /// Validates every config and argument before touching anything.
+  void step(double grad_scale = 1.0);
+
+  /// Call after the training code wrote new weights into the params: each param's next
+  /// update first reconciles its fp32 master with it, element by element (the param
+  /// widened where the master does not round to it; the exact master kept where it does,
+  /// so a set_state() master survives its own weights). Launches nothing itself.
+  void reload_model_params();
+
+  std::size_t size() const { return registry_.size(); }
+  /// Elements of the param `name`.
+  std::int64_t numel(const std::string& name) const {
+    return registry_[registry_.index_of(name)].param.numel;
+  }
+  const std::string& label() const { return label_; }
+  /// Completed updates of `name`.
+  std::int64_t step_count(const std::string& name) const {
+    return registry_.step(registry_.index_of(name));
+  }
+  /// The state of `name` (allocating the engine's state first if needed). The master of a
+  /// param not updated since it was added, loaded or reloaded is the one its next update
+  /// would start from given the param now (a copy; the engine's changes only then).
+  State state(const std::string& name);
+  /// Elements [offset, offset + count) of the state of `name`, copied into host arrays of
+  /// count floats, indexed as Impl::StateArray (the policy's arrays, then kMaster); a null
+  /// array is not read. As state() gives them: an array no group keeps yet reads as zeros
+  /// (what it would start from), a master still to be reconciled as its next update would
+  /// take it; an f32 param has no master (null it). Blocks. With write_state() and
+  /// commit_state(), moves a large param's state in bounded pieces.
+  void read_state(const std::string& name, std::int64_t offset, std::int64_t count,
+                  const Impl::StateArrays<float>& out);
+  /// Overwrites elements [offset, offset + count) of the state of `name` from host arrays of
+  /// count floats (null: left as it is; an array no group keeps, an f32 param's master:
+  /// ignored). Blocks. The step count and the master's reconciliation wait for commit_state().
+  void write_state(const std::string& name, std::int64_t offset, std::int64_t count,
+                   const Impl::StateArrays<const float>& in);
+  /// After write_state() of every piece: sets the step count of `name` (in [0,
+  /// kopt::max_step_count]) and flags its master to be reconciled with the param at its
+  /// next update (the param's weights may be written before or after).
+  void commit_state(const std::string& name, std::int64_t step);
+  /// Bytes of optimizer state this engine holds in its memory space.
+  std::size_t state_bytes() const;
+  const ExecSpace& exec() const { return exec_; }
+
+ private:
+  using FloatView = Kokkos::View<float*, memory_space>;
+  using Scalars = typename Policy::Scalars;
+  struct ClassKey {
+    DType param, grad;
+    int variant;
+    bool operator==(const ClassKey&) const = default;
+  };
+  struct KernelClass {
+    ClassKey key;
+    Kokkos::View<Impl::Chunk*, memory_space> chunks;
+  };
+
+  void ensure_state_();
+  bool plan_current_() const;
+  void build_plan_();  ///< prepare_step()'s: classes, sync tables, slots, scalar sets
+  void fill_slots_();
+  void build_sync_(const std::vector<std::size_t>& entries);
+  FloatView synced_master_(const Impl::ParamEntry& e);
+  std::size_t span_of_(const std::string& name, std::int64_t offset, std::int64_t count,
+                       const char* call) const;
+  void build_classes_(const std::vector<int>& signature, const std::vector<ClassKey>& keys);
+
+  ExecSpace exec_;
+  std::string label_;
+  Impl::ParamRegistry registry_;
+  std::array<FloatView, Policy::num_arrays> state_;  ///< Policy::array_names
+  FloatView master_;
+  Kokkos::View<Impl::UpdateSlot*, memory_space> slots_;
+  typename Kokkos::View<Impl::UpdateSlot*, memory_space>::HostMirror slots_host_;
+  std::vector<int> signature_;  ///< per entry: kernel class + 1, or 0 if skipped
+  std::vector<KernelClass> classes_;
+  Impl::GradNorms<ExecSpace> norms_;  ///< over every present grad, any class
+  std::vector<int> next_signature_;   ///< step()'s scratch
+  std::vector<ClassKey> next_keys_;
+  /// The master sync step() runs first: entries (flagged, updated) and their chunk tables.
+  struct SyncTable {
+    DType dtype;
+    Kokkos::View<Impl::Chunk*, memory_space> chunks;
+  };
+  std::vector<std::size_t> sync_entries_, next_sync_;
+  std::vector<SyncTable> sync_tables_;
+  /// The step plan (classes, sync tables, slots, scalar sets) is kept while the registry's
+  /// version, every group's variant and the state arrays stay as they were, so a
+  /// steady-state step touches each param once (its step count), not once per table.
+  bool planned_ = false;
+  std::uint64_t planned_version_ = 0;
+  std::vector<int> planned_variants_;
+  std::vector<std::size_t> updated_;  ///< entries with a grad, in order
+  /// One row of step scalars per (group, step count) among the updated entries; the slots
+  /// name their row, so a step rewrites this table only.
+  struct ScalarSet {
+    std::size_t group;
+    std::int64_t step;
+  };
+  std::vector<ScalarSet> sets_;
+  Kokkos::View<Scalars*, memory_space> scalars_;
+  typename Kokkos::View<Scalars*, memory_space>::HostMirror scalars_host_;
+};
+
+}  // namespace kopt

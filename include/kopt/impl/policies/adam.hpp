@@ -1,0 +1,34 @@
+#pragma once
+/// \file
+/// Adam and AdamW as a policy (kopt/impl/policy.hpp): the config and the element update are
+/// kopt::AdamConfig and Impl::adam_update, public since kopt's first release.
+
+#include <array>
+#include <kopt/adam_config.hpp>
+#include <kopt/adam_update.hpp>
+#include <kopt/impl/policy.hpp>
+
+namespace kopt::Impl {
+
+struct AdamPolicy {
+  using Config = AdamConfig;
+  using Scalars = AdamStepScalars;
+  static constexpr const char* name = Config::name;
+  static constexpr std::size_t num_arrays = 3;
+  static constexpr std::array<const char*, num_arrays> array_names{"exp_avg", "exp_avg_sq",
+                                                                   "max_exp_avg_sq"};
+  /// 0: Adam(W); 1: with amsgrad's running max.
+  static constexpr int num_variants = 2;
+  static int variant(const Config& c) { return c.amsgrad ? 1 : 0; }
+  static constexpr unsigned arrays_of(int variant) { return variant == 1 ? 7u : 3u; }
+  static Scalars scalars(const Config& c, std::int64_t t, double grad_scale) {
+    return AdamStepScalars::make(c, t, grad_scale);
+  }
+  template <int V>
+  KOKKOS_FORCEINLINE_FUNCTION static float update(float p, float g, float& m, float& v, float& vmax,
+                                                  const Scalars& s) {
+    return adam_update<V == 1>(p, g, m, v, vmax, s);
+  }
+};
+
+}  // namespace kopt::Impl

@@ -1,0 +1,44 @@
+#pragma once
+/// \file
+/// What an algorithm is to kopt: a policy. The engines (local and offload), sharding,
+/// checkpoints, the norm and clipping are written once for every policy; a policy holds one
+/// optimizer's math and the shape of its state, and nothing else:
+///
+///   struct SomePolicy {
+///     using Config = SomeConfig;            // public (kopt/some_config.hpp): torch's names
+///                                           // and defaults, validate(), visit_fields(),
+///                                           // name, state_arrays(), using Policy
+///     using Scalars = SomeStepScalars;      // floats the update needs, made on the host
+///     static constexpr const char* name = Config::name;
+///     static constexpr std::size_t num_arrays;            // state arrays, at most 3
+///     static constexpr std::array<const char*, num_arrays> array_names;
+///     static constexpr int num_variants;    // compile-time forms of the update
+///     static int variant(const Config&);    // the form a group's config runs
+///     static constexpr unsigned arrays_of(int variant);   // bit k: array k is kept; for
+///                                           // every config, arrays_of(variant(c)) equals
+///                                           // c.state_arrays() (tests/test_algorithms.cpp)
+///     static Scalars scalars(const Config&, std::int64_t t, double grad_scale);
+///     template <int V> KOKKOS_FORCEINLINE_FUNCTION
+///     static float update(float p, float g, float& s0, float& s1, float& s2, const Scalars&);
+///   };
+///
+/// `update` takes the param (or its fp32 master) and the raw grad, updates the state
+/// elements it keeps (s0..s2, array k; the others are scratch), and returns the new param.
+/// Every state array is fp32, starts at zero and sits at the param's offset; a state whose
+/// torch form starts elsewhere (Adagrad's initial accumulator, SGD's first momentum buffer)
+/// starts there through the scalars of step t = 1.
+
+#include <cstddef>
+#include <kopt/compat.hpp>
+
+namespace kopt::Impl {
+
+/// The most state arrays a policy keeps per element (Adam with amsgrad: 3).
+inline constexpr std::size_t max_state_arrays = 3;
+
+/// sign(x) as torch's: -1, 0 or 1, and NaN for NaN (x * 0 keeps 0's sign and NaN).
+KOKKOS_FORCEINLINE_FUNCTION float sign_of(float x) {
+  return x > 0.0f ? 1.0f : (x < 0.0f ? -1.0f : x * 0.0f);
+}
+
+}  // namespace kopt::Impl
