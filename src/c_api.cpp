@@ -11,66 +11,12 @@
 #include <string>
 #include <vector>
 
-struct kopt_groups {
-  std::vector<kopt::ParamGroup> groups;
-};
-struct kopt_optimizer {
-  std::unique_ptr<kopt::HybridOptimizer> opt;
-};
+#include "c_api_support.hpp"
 
 namespace {
 
-thread_local std::string last_error;
+using namespace kopt::c_api;
 std::atomic<long> live_optimizers{0};  // kopt_finalize refuses while any exists
-
-/// A C boolean: 0 or 1, nothing else (a garbage value from Fortran is an error, not "true").
-bool flag(std::int32_t value, const char* what) {
-  KOPT_THROW_IF(value != 0 && value != 1,
-                "kopt C API: " << what << " = " << value << " must be 0 or 1");
-  return value == 1;
-}
-
-template <class F>
-kopt_status guard(F&& f) {
-  try {
-    f();
-    last_error.clear();
-    return KOPT_OK;
-  } catch (const kopt::ShapeMismatch& e) {
-    last_error = e.what();
-    return KOPT_ERROR_SHAPE_MISMATCH;
-  } catch (const kopt::NotCompiled& e) {
-    last_error = e.what();
-    return KOPT_ERROR_NOT_COMPILED;
-  } catch (const kopt::CheckpointError& e) {
-    last_error = e.what();
-    return KOPT_ERROR_CHECKPOINT;
-  } catch (const kopt::BackendError& e) {
-    last_error = e.what();
-    return KOPT_ERROR_BACKEND;
-  } catch (const kopt::NotInitialized& e) {
-    last_error = e.what();
-    return KOPT_ERROR_NOT_INITIALIZED;
-  } catch (const kopt::InconsistentState& e) {
-    last_error = e.what();
-    return KOPT_ERROR_INCONSISTENT_STATE;
-  } catch (const kopt::InvalidArgument& e) {
-    last_error = e.what();
-    return KOPT_ERROR_INVALID_ARGUMENT;
-  } catch (const std::exception& e) {
-    last_error = e.what();
-    return KOPT_ERROR_OTHER;
-  } catch (...) {
-    last_error = "kopt: unknown error";
-    return KOPT_ERROR_OTHER;
-  }
-}
-
-template <class T>
-T& deref(T* p, const char* what) {
-  KOPT_THROW_IF(p == nullptr, "kopt C API: " << what << " is NULL");
-  return *p;
-}
 
 std::string name_arg(const char* name) {
   KOPT_THROW_IF(name == nullptr, "kopt C API: name is NULL");
@@ -222,16 +168,6 @@ kopt_status kopt_set_config(kopt_optimizer* optimizer, size_t group,
   return guard([&] {
     const kopt::AdamConfig c = config_of(deref(config, "config"));  // validated first
     deref(optimizer, "optimizer").opt->group(group).config() = c;
-  });
-}
-
-kopt_status kopt_set_lr(kopt_optimizer* optimizer, size_t group, double lr) {
-  return guard([&] {
-    auto g = deref(optimizer, "optimizer").opt->group(group);
-    kopt::AdamConfig c = g.config();
-    c.lr = lr;
-    c.validate();
-    g.config() = c;
   });
 }
 

@@ -71,6 +71,9 @@ typedef struct {
 
 typedef struct kopt_groups kopt_groups;
 typedef struct kopt_optimizer kopt_optimizer;
+/* Any algorithm's config: its algorithm by name ("adam", "sgd", "lion", "adagrad") and its
+ * fields by their C++ names (kopt::SgdConfig's "momentum", ...; bools as 0 or 1). */
+typedef struct kopt_config kopt_config;
 
 const char* kopt_last_error(void);
 void kopt_adam_config_default(kopt_adam_config* config);
@@ -81,6 +84,16 @@ void kopt_options_default(kopt_options* options);
 kopt_status kopt_initialize(void);
 kopt_status kopt_finalize(void);
 
+/* A config of `algorithm` with its defaults (torch's); free it with kopt_config_destroy. */
+kopt_status kopt_config_create(const char* algorithm, kopt_config** config);
+void kopt_config_destroy(kopt_config* config);
+/* The algorithm's name (valid while the config lives). */
+const char* kopt_config_algorithm(const kopt_config* config);
+/* Sets or reads one field; an unknown field, or a bool field given anything but 0 or 1, is
+ * refused naming it. The whole config is validated where it is used. */
+kopt_status kopt_config_set(kopt_config* config, const char* field, double value);
+kopt_status kopt_config_get(const kopt_config* config, const char* field, double* value);
+
 kopt_status kopt_groups_create(kopt_groups** groups);
 void kopt_groups_destroy(kopt_groups* groups);
 /* Adds a group (host_state = 1: its state lives in host memory, offloaded); its index, from
@@ -88,6 +101,9 @@ void kopt_groups_destroy(kopt_groups* groups);
 kopt_status kopt_groups_add_group(kopt_groups* groups, const kopt_adam_config* config,
                                   int32_t host_state, size_t* index);
 /* A named param of `numel` elements and its grad (NULL: none yet), both in `space`. */
+/* The same for a group of any algorithm (validated first). */
+kopt_status kopt_groups_add_group_config(kopt_groups* groups, const kopt_config* config,
+                                         int32_t host_state, size_t* index);
 kopt_status kopt_groups_add_param(kopt_groups* groups, size_t group, const char* name, void* param,
                                   kopt_dtype param_dtype, void* grad, kopt_dtype grad_dtype,
                                   int64_t numel, kopt_memory_space space);
@@ -102,6 +118,12 @@ kopt_status kopt_get_config(kopt_optimizer* optimizer, size_t group, kopt_adam_c
 /* Replaces a group's config between steps (validated first). */
 kopt_status kopt_set_config(kopt_optimizer* optimizer, size_t group,
                             const kopt_adam_config* config);
+/* A copy of a group's config, any algorithm (free it with kopt_config_destroy). */
+kopt_status kopt_get_group_config(kopt_optimizer* optimizer, size_t group, kopt_config** config);
+/* Replaces a group's config between steps with one of the same algorithm (validated first). */
+kopt_status kopt_set_group_config(kopt_optimizer* optimizer, size_t group,
+                                  const kopt_config* config);
+/* Sets a group's lr, whatever its algorithm. */
 kopt_status kopt_set_lr(kopt_optimizer* optimizer, size_t group, double lr);
 /* A new grad for `name` (NULL: no gradient this step). */
 kopt_status kopt_set_grad(kopt_optimizer* optimizer, const char* name, void* grad,

@@ -1,0 +1,97 @@
+/* Groups of any algorithm from C: configs by algorithm and field name, SGD and Lion groups in
+ * one optimizer, schedules on either, and bad names or values refused, changing nothing. */
+#include <kopt/kopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+static int failures = 0;
+#define CHECK(cond)                                                                           \
+  do {                                                                                        \
+    if (!(cond)) {                                                                            \
+      fprintf(stderr, "%s:%d: CHECK(%s) failed; last error: %s\n", __FILE__, __LINE__, #cond, \
+              kopt_last_error());                                                             \
+      ++failures;                                                                             \
+    }                                                                                         \
+  } while (0)
+
+enum { N = 33 };
+
+int main(void) {
+  CHECK(kopt_initialize() == KOPT_OK);
+  static float w[N], g[N], v[N], h[N];
+  for (int i = 0; i < N; ++i) w[i] = v[i] = (float)i / N, g[i] = h[i] = 0.5f - (float)i / N;
+
+  kopt_config *sgd = NULL, *lion = NULL, *none = NULL;
+  CHECK(kopt_config_create("sgd", &sgd) == KOPT_OK);
+  CHECK(strcmp(kopt_config_algorithm(sgd), "sgd") == 0);
+  double x = 0;
+  CHECK(kopt_config_get(sgd, "lr", &x) == KOPT_OK && x == 1e-3); /* torch's default */
+  CHECK(kopt_config_get(sgd, "nesterov", &x) == KOPT_OK && x == 0);
+  CHECK(kopt_config_set(sgd, "lr", 0.1) == KOPT_OK);
+  CHECK(kopt_config_create("lion", &lion) == KOPT_OK);
+  CHECK(kopt_config_get(lion, "beta2", &x) == KOPT_OK && x == 0.99);
+
+  /* Bad names and values: refused, naming them; the config keeps its value. */
+  CHECK(kopt_config_create("adamax", &none) == KOPT_ERROR_INVALID_ARGUMENT && none == NULL);
+  CHECK(strstr(kopt_last_error(), "adamax") != NULL);
+  CHECK(kopt_config_set(sgd, "betas", 0.5) == KOPT_ERROR_INVALID_ARGUMENT);
+  CHECK(strstr(kopt_last_error(), "betas") != NULL);
+  CHECK(kopt_config_set(sgd, "nesterov", 2) == KOPT_ERROR_INVALID_ARGUMENT);
+  CHECK(kopt_config_get(sgd, "nesterov", &x) == KOPT_OK && x == 0);
+  CHECK(kopt_config_set(sgd, "nesterov", 1) == KOPT_OK); /* valid only with momentum > 0 */
+  kopt_groups* groups = NULL;
+  CHECK(kopt_groups_create(&groups) == KOPT_OK);
+  CHECK(kopt_groups_add_group_config(groups, sgd, 0, NULL) == KOPT_ERROR_INVALID_ARGUMENT);
+  CHECK(strstr(kopt_last_error(), "nesterov") != NULL);
+  CHECK(kopt_config_set(sgd, "nesterov", 0) == KOPT_OK);
+
+  size_t index = 99;
+  CHECK(kopt_groups_add_group_config(groups, sgd, 0, &index) == KOPT_OK && index == 0);
+  CHECK(kopt_groups_add_group_config(groups, lion, 1, &index) == KOPT_OK && index == 1);
+  CHECK(kopt_groups_add_param(groups, 0, "w", w, KOPT_F32, g, KOPT_F32, N, KOPT_HOST) == KOPT_OK);
+  CHECK(kopt_groups_add_param(groups, 1, "v", v, KOPT_F32, h, KOPT_F32, N, KOPT_HOST) == KOPT_OK);
+  kopt_optimizer* opt = NULL;
+  CHECK(kopt_optimizer_create(groups, NULL, &opt) == KOPT_OK);
+
+  /* One step: plain SGD moves w by -lr g; Lion moves v by -lr sign(g) (m starts at 0). */
+  float w0[N], v0[N];
+  memcpy(w0, w, sizeof w);
+  memcpy(v0, v, sizeof v);
+  CHECK(kopt_step(opt, NULL) == KOPT_OK);
+  for (int i = 0; i < N; ++i) {
+    const double sign = g[i] > 0 ? 1.0 : (g[i] < 0 ? -1.0 : 0.0);
+    CHECK(fabs(w[i] - (w0[i] - 0.1 * g[i])) <= 1e-6);
+    CHECK(fabs(v[i] - (v0[i] - 1e-4 * sign)) <= 1e-7);
+  }
+
+  /* Schedules on any algorithm; a config of another algorithm is refused. */
+  CHECK(kopt_set_lr(opt, 1, 3e-4) == KOPT_OK);
+  kopt_config* got = NULL;
+  CHECK(kopt_get_group_config(opt, 1, &got) == KOPT_OK);
+  CHECK(strcmp(kopt_config_algorithm(got), "lion") == 0);
+  CHECK(kopt_config_get(got, "lr", &x) == KOPT_OK && x == 3e-4);
+  CHECK(kopt_set_group_config(opt, 0, got) == KOPT_ERROR_INVALID_ARGUMENT);
+  CHECK(strstr(kopt_last_error(), "sgd") != NULL && strstr(kopt_last_error(), "lion") != NULL);
+  CHECK(kopt_config_set(got, "weight_decay", 0.5) == KOPT_OK);
+  CHECK(kopt_set_group_config(opt, 1, got) == KOPT_OK);
+  kopt_config_destroy(got);
+  CHECK(kopt_get_group_config(opt, 1, &got) == KOPT_OK);
+  CHECK(kopt_config_get(got, "weight_decay", &x) == KOPT_OK && x == 0.5);
+  kopt_config_destroy(got);
+  kopt_adam_config adam;
+  CHECK(kopt_get_config(opt, 0, &adam) == KOPT_ERROR_INVALID_ARGUMENT); /* an SGD group */
+  CHECK(kopt_set_lr(opt, 0, -1.0) == KOPT_ERROR_INVALID_ARGUMENT);
+  CHECK(strstr(kopt_last_error(), "SgdConfig.lr") != NULL);
+  CHECK(kopt_get_group_config(opt, 0, &got) == KOPT_OK);
+  CHECK(kopt_config_get(got, "lr", &x) == KOPT_OK && x == 0.1);
+  kopt_config_destroy(got);
+
+  kopt_optimizer_destroy(opt);
+  kopt_groups_destroy(groups);
+  kopt_config_destroy(sgd);
+  kopt_config_destroy(lion);
+  CHECK(kopt_finalize() == KOPT_OK);
+  if (failures == 0) printf("C API, algorithms: all checks passed\n");
+  return failures == 0 ? 0 : 1;
+}
