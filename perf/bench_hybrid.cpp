@@ -68,7 +68,7 @@ void bm_hybrid_clipped(benchmark::State& state) {
   // The ceiling's own state arrays: the same pattern on arrays of the same size.
   Kokkos::View<float*, Mem> master("kopt::perf::master", std::is_same_v<ParamT, float> ? 0 : n);
   Kokkos::View<float*, Mem> m("kopt::perf::m", n), v("kopt::perf::v", n);
-  const UpdatePattern<ParamT, ParamT, false> update{param.data(), grad.data(), master.data(),
+  const UpdatePattern<ParamT, ParamT, adam_arrays(false)> update{param.data(), grad.data(), master.data(),
                                                     m.data(),     v.data(),    nullptr};
   const auto read = make_read<Space>(grad.data(), n);
   Space exec;

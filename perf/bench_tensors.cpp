@@ -61,7 +61,7 @@ void bm_split(benchmark::State& state) {
   many.step();
   one.step();
   const auto s = one.state("all");
-  const auto pattern = pattern_of<ParamT, ParamT, false>(param.data(), grad.data(), s);
+  const auto pattern = pattern_of<ParamT, ParamT, adam_arrays(false)>(param.data(), grad.data(), s);
   // The plain loop over the same elements as one array (host spaces).
   std::unique_ptr<plain::AdamW> loop;
   if constexpr (kopt::Impl::runs_on_host<ExecSpace>) {

@@ -52,7 +52,7 @@ void bm_update(benchmark::State& state) {
   opt.add("w", kopt::Tensor(param), kopt::Tensor(grad));
   opt.step();  // allocates and first-touches the state, in parallel like every step
   const auto s = opt.state("w");
-  const auto pattern = pattern_of<ParamT, GradT, Amsgrad>(param.data(), grad.data(), s);
+  const auto pattern = pattern_of<ParamT, GradT, adam_arrays(Amsgrad)>(param.data(), grad.data(), s);
   run_pattern(exec, pattern, n);
   // The plain loop, on the host only (its arrays are host memory).
   std::unique_ptr<plain::AdamW> loop;

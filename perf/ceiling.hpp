@@ -5,6 +5,7 @@
 // copy and triad are reported too, for reference only: triad's written array is not read, so
 // it pays a write-allocate read that in-place stores do not, and is the wrong ceiling for Adam.
 
+#include <kopt/fused_adam.hpp>
 #include <kopt/impl/update_kernel.hpp>
 
 namespace kopt_perf {
@@ -17,19 +18,21 @@ KOKKOS_FORCEINLINE_FUNCTION float raw_value(T x) {
   return static_cast<float>(x.bits);
 }
 
-// One element of a fused update's pattern; c is 0 at run time, which the compiler cannot
-// know, so every value is kept. 16-bit params: the master is read and written and the param
-// only written (a truncation stands for the rounding).
-template <class ParamT, class GradT, bool Amsgrad>
+// One element of a fused update's pattern with the state arrays in `Arrays` (bit k: array
+// k, as a policy keeps them: Adam 3, with amsgrad 7; SGD with momentum, Lion, Adagrad 1); c is
+// 0 at run time, which the compiler cannot know, so every value is kept. 16-bit params: the
+// master is read and written and the param only written (a truncation stands for the
+// rounding).
+template <class ParamT, class GradT, unsigned Arrays>
 KOKKOS_FORCEINLINE_FUNCTION void update_pattern(std::int64_t i, ParamT* KOPT_RESTRICT p,
                                                 const GradT* KOPT_RESTRICT g,
-                                                float* KOPT_RESTRICT w, float* KOPT_RESTRICT m,
-                                                float* KOPT_RESTRICT v, float* KOPT_RESTRICT vmax,
+                                                float* KOPT_RESTRICT w, float* KOPT_RESTRICT s0,
+                                                float* KOPT_RESTRICT s1, float* KOPT_RESTRICT s2,
                                                 float c) {
   const float gi = c * raw_value(g[i]);
-  m[i] += gi;
-  v[i] += gi;
-  if constexpr (Amsgrad) vmax[i] += gi;
+  if constexpr ((Arrays & 1u) != 0) s0[i] += gi;
+  if constexpr ((Arrays & 2u) != 0) s1[i] += gi;
+  if constexpr ((Arrays & 4u) != 0) s2[i] += gi;
   if constexpr (std::is_same_v<ParamT, float>) {
     p[i] += gi;
   } else {
@@ -40,43 +43,53 @@ KOKKOS_FORCEINLINE_FUNCTION void update_pattern(std::int64_t i, ParamT* KOPT_RES
 }
 
 // The host loop over a chunk, built like kopt's (a function of its own, restrict parameters).
-template <class ParamT, class GradT, bool Amsgrad>
+template <class ParamT, class GradT, unsigned Arrays>
 KOPT_LOOP_FUNCTION void update_pattern_loop(std::int64_t begin, std::int64_t end,
                                             ParamT* KOPT_RESTRICT p, const GradT* KOPT_RESTRICT g,
-                                            float* KOPT_RESTRICT w, float* KOPT_RESTRICT m,
-                                            float* KOPT_RESTRICT v, float* KOPT_RESTRICT vmax,
+                                            float* KOPT_RESTRICT w, float* KOPT_RESTRICT s0,
+                                            float* KOPT_RESTRICT s1, float* KOPT_RESTRICT s2,
                                             float c) {
   for (std::int64_t i = begin; i < end; ++i)
-    update_pattern<ParamT, GradT, Amsgrad>(i, p, g, w, m, v, vmax, c);
+    update_pattern<ParamT, GradT, Arrays>(i, p, g, w, s0, s1, s2, c);
 }
 
 /// The pattern of one fused update variant over the arrays of a tensor's state.
-template <class ParamT, class GradT, bool Amsgrad>
+template <class ParamT, class GradT, unsigned Arrays>
 struct UpdatePattern {
   ParamT* param;
   const GradT* grad;
   float* master;  // 16-bit params only
-  float* m;
-  float* v;
-  float* vmax;  // amsgrad only
+  float* s0;
+  float* s1;
+  float* s2;
   float c = 0.0f;
   KOKKOS_INLINE_FUNCTION void element(std::int64_t i) const {
-    update_pattern<ParamT, GradT, Amsgrad>(i, param, grad, master, m, v, vmax, c);
+    update_pattern<ParamT, GradT, Arrays>(i, param, grad, master, s0, s1, s2, c);
   }
   KOKKOS_INLINE_FUNCTION void range(std::int64_t begin, std::int64_t end) const {
-    update_pattern_loop<ParamT, GradT, Amsgrad>(begin, end, param, grad, master, m, v, vmax, c);
+    update_pattern_loop<ParamT, GradT, Arrays>(begin, end, param, grad, master, s0, s1, s2, c);
   }
 };
 
-/// The pattern over the arrays of one tensor's state in a FusedAdam (its own param and grad).
-template <class ParamT, class GradT, bool Amsgrad, class State>
-UpdatePattern<ParamT, GradT, Amsgrad> pattern_of(ParamT* param, const GradT* grad, const State& s) {
-  return {param,
-          grad,
-          const_cast<float*>(s.master.data()),
-          const_cast<float*>(s.exp_avg.data()),
-          const_cast<float*>(s.exp_avg_sq.data()),
-          const_cast<float*>(s.max_exp_avg_sq.data())};
+/// Adam's state arrays: the moments, and the max with amsgrad.
+constexpr unsigned adam_arrays(bool amsgrad) { return amsgrad ? 7u : 3u; }
+
+/// The pattern over the arrays of one tensor's state in a FusedOptimizer (its own param and
+/// grad): `s` is FusedOptimizer::state(), arrays[k] for bit k of Arrays.
+template <class ParamT, class GradT, unsigned Arrays, class State>
+UpdatePattern<ParamT, GradT, Arrays> pattern_of(ParamT* param, const GradT* grad, const State& s) {
+  const auto at = [&](std::size_t k) {
+    return k < s.arrays.size() ? const_cast<float*>(s.arrays[k].data()) : nullptr;
+  };
+  return {param, grad, const_cast<float*>(s.master.data()), at(0), at(1), at(2)};
+}
+
+/// The same over a FusedAdam's state, by Adam's names.
+template <class ParamT, class GradT, unsigned Arrays, class MemSpace>
+UpdatePattern<ParamT, GradT, Arrays> pattern_of(ParamT* param, const GradT* grad,
+                                                const kopt::AdamStateView<MemSpace>& s) {
+  const auto ptr = [](const auto& view) { return const_cast<float*>(view.data()); };
+  return {param, grad, ptr(s.master), ptr(s.exp_avg), ptr(s.exp_avg_sq), ptr(s.max_exp_avg_sq)};
 }
 
 KOPT_LOOP_FUNCTION void copy_loop(std::int64_t begin, std::int64_t end, float* KOPT_RESTRICT a,

@@ -65,10 +65,21 @@ void fill_random(const View& v, std::uint32_t seed) {
 /// Bytes one fused update moves per element (DESIGN, performance model): grad read; m and v
 /// read and written; the amsgrad max read and written; an fp32 param read and written, or
 /// for a 16-bit param its fp32 master read and written and the param written.
+/// Bytes per element of one fused update that keeps state arrays `arrays` (bit k: array k):
+/// grad read, param (or its fp32 master) read and written, the 16-bit param written, and
+/// each state array read and written.
+template <class ParamT, class GradT>
+constexpr double update_bytes(unsigned arrays) {
+  const double param = std::is_same_v<ParamT, float> ? 8.0 : 8.0 + sizeof(ParamT);
+  double state = 0.0;
+  for (; arrays != 0; arrays &= arrays - 1) state += 8.0;
+  return sizeof(GradT) + state + param;
+}
+
+/// The same for Adam (28 B for fp32 and for 16-bit params with masters; +8 with amsgrad).
 template <class ParamT, class GradT, bool Amsgrad>
 constexpr double update_bytes_per_element() {
-  const double param = std::is_same_v<ParamT, float> ? 8.0 : 8.0 + sizeof(ParamT);
-  return sizeof(GradT) + 16.0 + (Amsgrad ? 8.0 : 0.0) + param;
+  return update_bytes<ParamT, GradT>(Amsgrad ? 7u : 3u);
 }
 
 /// The counters of a row measured against a ceiling: elements and bytes per second of kopt's
@@ -142,6 +153,7 @@ constexpr bool is_serial() {
 
 /// The suite's parts; each registers its rows for the enabled spaces.
 void register_update_benchmarks();
+void register_algorithm_benchmarks();
 void register_tensor_split_benchmarks();
 void register_norm_and_hybrid_benchmarks();
 void register_peer_benchmarks();

@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
   kopt_perf::add_context();
   benchmark::AddCustomContext("libtorch", kopt_perf::libtorch_info());
   kopt_perf::register_update_benchmarks();
+  kopt_perf::register_algorithm_benchmarks();
   kopt_perf::register_tensor_split_benchmarks();
   kopt_perf::register_norm_and_hybrid_benchmarks();
   kopt_perf::register_peer_benchmarks();

@@ -29,16 +29,23 @@
 /// starts there through the scalars of step t = 1.
 
 #include <cstddef>
+#include <cstdint>
 #include <kopt/compat.hpp>
+#include <kopt/storage_types.hpp>
 
 namespace kopt::Impl {
 
 /// The most state arrays a policy keeps per element (Adam with amsgrad: 3).
 inline constexpr std::size_t max_state_arrays = 3;
 
-/// sign(x) as torch's: -1, 0 or 1, and NaN for NaN (x * 0 keeps 0's sign and NaN).
+/// sign(x) as torch's: -1, 0 or 1 (signed zeros give 0), NaN for NaN. Written without a
+/// branch or a select on x (a mask picks x itself for NaN, as finite_or does): with `?:` GCC
+/// kept a branch per element, mispredicted half the time on random signs, and Lion ran at a
+/// twentieth of its ceiling.
 KOKKOS_FORCEINLINE_FUNCTION float sign_of(float x) {
-  return x > 0.0f ? 1.0f : (x < 0.0f ? -1.0f : x * 0.0f);
+  const float s = static_cast<float>(x > 0.0f) - static_cast<float>(x < 0.0f);
+  const std::uint32_t keep = 0u - static_cast<std::uint32_t>(x == x);  // all ones unless NaN
+  return bits_float((float_bits(s) & keep) | (float_bits(x) & ~keep));
 }
 
 }  // namespace kopt::Impl

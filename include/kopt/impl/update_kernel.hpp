@@ -158,7 +158,11 @@ KOPT_LOOP_FUNCTION void fused_host_loop(std::int64_t begin, std::int64_t end,
   }
 #endif
   for (; i + update_prefetch_stride <= end; i += update_prefetch_stride) {
-    prefetch_update<Policy, V, ParamT, GradT>(i, param, grad, master, s0, s1, s2);
+    // Not for an update that keeps no state (plain SGD: two or three streams, which the
+    // hardware prefetcher follows alone): there the requests cost 0.69 -> 0.88 of the ceiling
+    // (fp32, 2^26, 1 thread, the 2-core EPYC).
+    if constexpr (kept != 0)
+      prefetch_update<Policy, V, ParamT, GradT>(i, param, grad, master, s0, s1, s2);
     for (int k = 0; k < update_prefetch_stride; ++k)
       fused_element<Policy, V, ParamT, GradT>(i + k, param, grad, master, s0, s1, s2, s);
   }
