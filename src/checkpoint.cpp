@@ -59,10 +59,7 @@ std::int64_t global_numel(const Tensor& t) { return t.is_shard() ? t.global_nume
 constexpr std::size_t kNone = std::numeric_limits<std::size_t>::max();  // no engine here
 }  // namespace
 
-Communicator& HybridOptimizer::world_() {
-  static SingleProcessCommunicator one;  // stateless
-  return shards_ ? shards_->communicator() : one;
-}
+Communicator& HybridOptimizer::world_() { return shards_->communicator(); }
 
 void HybridOptimizer::save(const std::string& path) {
   Impl::require_kokkos("kopt::HybridOptimizer::save");
@@ -110,7 +107,7 @@ void HybridOptimizer::save(const std::string& path) {
                                                 p.param.dtype, global_numel(p.param),
                                                 step_count(p.name), arrays, has_master});
         if (at.engine == kNone) continue;
-        const Tensor piece = shards_ ? shards_->local_param(at.ordinal) : p.param;
+        const Tensor piece = shards_->local_param(at.ordinal);
         Impl::IndexBlock block{static_cast<std::uint32_t>(index.params.size() - 1),
                                piece.global_offset, piece.numel, rank};
         // Streamed from the engine a span at a time (an array it does not keep yet, e.g.
@@ -225,7 +222,7 @@ void HybridOptimizer::load(const std::string& path, const LoadOptions& options) 
         config_found[g] = true;
         steps[at.ordinal] = q.step;
         if (at.engine == kNone) continue;
-        const Tensor piece = shards_ ? shards_->local_param(at.ordinal) : p.param;
+        const Tensor piece = shards_->local_param(at.ordinal);
         reading = p.name;
         reader.check(it->second, piece.global_offset, piece.numel);
         pieces.push_back({it->second, piece.global_offset, piece.numel, at.engine, &p.name});
@@ -281,9 +278,8 @@ void HybridOptimizer::apply_loaded_(const std::vector<AlgorithmConfig>& configs,
     for (std::size_t g = 0; g < groups_.size(); ++g)
       if (engine_group_[e][g] != kNone)
         engines_[e]->set_config(engine_group_[e][g], groups_[g].algorithm());
-  if (shards_)
-    for (std::size_t i = 0; i < steps.size(); ++i)
-      if (steps[i] >= 0) sharded_steps_[i] = steps[i];
+  for (std::size_t i = 0; i < steps.size(); ++i)
+    if (steps[i] >= 0) steps_[i] = steps[i];
 }
 
 }  // namespace kopt

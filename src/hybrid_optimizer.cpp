@@ -53,10 +53,10 @@ HybridOptimizer::HybridOptimizer(std::vector<ParamGroup> groups, const HybridOpt
         Impl::check_tensor_fields("kopt::HybridOptimizer", p.name, "grad", p.grad);
     }
   // Sharded: the engines get this rank's piece of each param (checked by the plan first).
-  if (options_.sharding) shards_ = std::make_unique<Impl::ShardPlan>(groups_, *options_.sharding);
-  const auto local_param = [&](std::size_t ordinal, const Tensor& t) {
-    return shards_ ? shards_->local_param(ordinal) : t;
-  };
+  if (options_.sharding)
+    shards_ = std::make_unique<Impl::ShardPlan>(groups_, *options_.sharding);
+  else
+    shards_ = std::make_unique<Impl::Unsharded>(groups_);
 
   // Everything is checked before the first engine exists, and the engines check every
   // tensor while params are added: a throw here leaves nothing behind.
@@ -85,7 +85,7 @@ HybridOptimizer::HybridOptimizer(std::vector<ParamGroup> groups, const HybridOpt
       if (!item.offloaded && item.space != host_space) {
         candidates.push_back(pending.size());
         candidate_bytes.push_back(
-            device_state_bytes(local_param(pending.size(), p.param), groups_[g].algorithm()));
+            device_state_bytes(shards_->local_param(pending.size()), groups_[g].algorithm()));
       }
       pending.push_back(std::move(item));
     }
@@ -99,7 +99,7 @@ HybridOptimizer::HybridOptimizer(std::vector<ParamGroup> groups, const HybridOpt
   for (std::size_t ordinal = 0; ordinal < pending.size(); ++ordinal) {
     const Pending& item = pending[ordinal];
     const ParamSpec& p = *item.spec;
-    if (shards_ && !shards_->is_local(ordinal)) {  // another rank's: no engine here
+    if (!shards_->is_local(ordinal)) {  // another rank's (sharded): no engine here
       where_.emplace(p.name, Placement{kNone, item.group, item.offloaded, ordinal});
       continue;
     }
@@ -118,14 +118,11 @@ HybridOptimizer::HybridOptimizer(std::vector<ParamGroup> groups, const HybridOpt
     const std::size_t e = it->second;
     std::size_t& eg = engine_group_[e][item.group];
     if (eg == kNone) eg = engines_[e]->add_group(algorithm);
-    if (shards_)
-      engines_[e]->add(p.name, shards_->local_param(ordinal), shards_->local_grad(ordinal), eg);
-    else
-      engines_[e]->add(p.name, p.param, p.grad, eg);
+    engines_[e]->add(p.name, shards_->local_param(ordinal), shards_->local_grad(ordinal), eg);
     engine_params_[e].push_back(ordinal);
     where_.emplace(p.name, Placement{e, item.group, item.offloaded, ordinal});
   }
-  if (shards_) sharded_steps_.assign(pending.size(), 0);
+  steps_.assign(pending.size(), 0);
 }
 
 HybridOptimizer::~HybridOptimizer() = default;
@@ -176,7 +173,7 @@ StepStats HybridOptimizer::step() {
 
   const double scale = scaler_ ? scaler_->scale() : 1.0;
   StepStats stats{std::numeric_limits<double>::quiet_NaN(), 1.0, false, scale};
-  if (shards_ && shards_->stage() == ZeroStage::two) shards_->reduce_grads();  // into buffers
+  shards_->reduce_grads();  // ZeRO-2: into the reduce buffers
   if (options_.max_grad_norm || scaler_) {
     // One pass per engine where its grads live. Each canonical block of a param is summed
     // in one fixed order and the block sums are added exactly; blocks cut between engines
@@ -191,7 +188,7 @@ StepStats HybridOptimizer::step() {
         total.fragments.push_back(f);
       }
     }
-    if (shards_) Impl::gather_norm_parts(shards_->communicator(), total);
+    Impl::gather_norm_parts(shards_->communicator(), total);  // nothing in a world of one
     Impl::add_fragment_blocks(total);
     const double sum_sq = total.sum.value();
     stats.grad_norm = std::sqrt(sum_sq) / scale;
@@ -209,11 +206,9 @@ StepStats HybridOptimizer::step() {
   try {
     for (const auto& engine : engines_) engine->step(grad_scale);
     for (const auto& engine : engines_) engine->fence();
-    if (shards_) {
-      shards_->gather_params();
-      for (std::size_t i = 0; i < shards_->size(); ++i)
-        if (!shards_->grad(i).is_null()) ++sharded_steps_[i];
-    }
+    shards_->gather_params();
+    for (std::size_t i = 0; i < shards_->size(); ++i)
+      if (!shards_->grad(i).is_null()) ++steps_[i];
   } catch (...) {
     failed_step_ = "a step failed after its update began (" + Impl::what_of_current() + ")";
     for (const auto& engine : engines_) {
@@ -238,10 +233,6 @@ StepStats HybridOptimizer::skip_(StepStats stats) {
 
 void HybridOptimizer::set_grad(const std::string& name, const Tensor& grad) {
   const Placement& at = find_(name);
-  if (!shards_) {
-    engines_[at.engine]->set_grad(name, grad);
-    return;
-  }
   // The whole grad is checked on every rank; the engine gets (and checks) this rank's piece.
   const Tensor param = shards_->param(at.ordinal);
   shards_->check(at.ordinal, param, grad);
@@ -252,7 +243,7 @@ void HybridOptimizer::set_grad(const std::string& name, const Tensor& grad) {
 
 void HybridOptimizer::rebind(const std::string& name, const Tensor& param, const Tensor& grad) {
   const Placement& at = find_(name);
-  if (shards_) shards_->check(at.ordinal, param, grad);
+  shards_->check(at.ordinal, param, grad);
   if (at.engine != kNone) {
     Impl::Engine& engine = *engines_[at.engine];
     const std::string space = Impl::engine_space_for(param.space);
@@ -261,12 +252,9 @@ void HybridOptimizer::rebind(const std::string& name, const Tensor& param, const
                       << name << "' to memory space '" << name_of(param.space)
                       << "' would move it from " << engine.space_name() << " to " << space
                       << "; rebind replaces memory in place");
-    if (shards_)
-      engine.rebind(name, shards_->local(at.ordinal, param), shards_->local_grad(at.ordinal, grad));
-    else
-      engine.rebind(name, param, grad);
+    engine.rebind(name, shards_->local(at.ordinal, param), shards_->local_grad(at.ordinal, grad));
   }
-  if (shards_) shards_->set(at.ordinal, param, grad);
+  shards_->set(at.ordinal, param, grad);
 }
 
 void HybridOptimizer::reload_model_params() {
@@ -280,7 +268,7 @@ double HybridOptimizer::loss_scale() const { return scaler_ ? scaler_->scale() :
 
 std::int64_t HybridOptimizer::step_count(const std::string& name) const {
   const Placement& at = find_(name);
-  return shards_ ? sharded_steps_[at.ordinal] : engines_[at.engine]->step_count(name);
+  return steps_[at.ordinal];
 }
 
 std::map<std::string, std::size_t> HybridOptimizer::state_bytes() const {

@@ -22,7 +22,7 @@ namespace kopt {
 
 namespace Impl {
 class Engine;
-class ShardPlan;
+class ShardStrategy;
 }  // namespace Impl
 
 struct HybridOptions {
@@ -168,8 +168,10 @@ class HybridOptimizer {
   /// [engine][i]: registration ordinal of the engine's i-th param (names the grad norm's
   /// fragments of cut blocks the same way on every rank).
   std::vector<std::vector<std::size_t>> engine_params_;
-  std::unique_ptr<Impl::ShardPlan> shards_;  ///< with ShardingOptions only
-  std::vector<std::int64_t> sharded_steps_;  ///< per ordinal, when sharded
+  /// The identity (Impl::Unsharded), or ZeRO pieces with ShardingOptions (Impl::ShardPlan).
+  std::unique_ptr<Impl::ShardStrategy> shards_;
+  /// Per ordinal: completed updates (the engines count too; a sharded rank may hold no piece).
+  std::vector<std::int64_t> steps_;
   std::string failed_step_;  ///< why the state may be partly updated; empty: it is not
   /// False in a moved-from optimizer, which refuses step(), save() (it would replace a
   /// checkpoint with an empty one), load() and reload_model_params().

@@ -6,6 +6,7 @@
 /// pieces, as params of their own. Communication runs on host buffers: params and grads in
 /// device memory are staged through them.
 
+#include <kopt/impl/shard_strategy.hpp>
 #include <kopt/param_group.hpp>
 #include <kopt/shard_layout.hpp>
 #include <kopt/sharding.hpp>
@@ -14,39 +15,37 @@
 
 namespace kopt::Impl {
 
-class ShardPlan {
+class ShardPlan final : public ShardStrategy {
  public:
   /// Lays out every group; validates the options. Throws kopt::InvalidArgument on bad input.
   ShardPlan(const std::vector<ParamGroup>& groups, const ShardingOptions& options);
 
-  std::size_t size() const { return params_.size(); }
+  std::size_t size() const override { return params_.size(); }
   /// Whether param `i` (registration ordinal) has elements on this rank.
-  bool is_local(std::size_t i) const { return params_[i].local; }
-  /// This rank's piece of param i, and of `grad` (null for a null grad; for ZeRO-2 the
-  /// reduced fp32 grads of the piece).
-  Tensor local_param(std::size_t i) const { return local(i, params_[i].param); }
-  /// This rank's piece of `t`, a tensor shaped as param i.
-  Tensor local(std::size_t i, const Tensor& t) const;
-  Tensor local_grad(std::size_t i, const Tensor& grad) const;
-  Tensor local_grad(std::size_t i) const { return local_grad(i, params_[i].grad); }
+  bool is_local(std::size_t i) const override { return params_[i].local; }
+  using ShardStrategy::local_grad;
+  /// This rank's piece of `t`, a tensor shaped as param i, and of `grad` (null for a null
+  /// grad; for ZeRO-2 the reduced fp32 grads of the piece).
+  Tensor local(std::size_t i, const Tensor& t) const override;
+  Tensor local_grad(std::size_t i, const Tensor& grad) const override;
   /// Checks a new grad or param of param i against it (the engines check local pieces only).
-  void check(std::size_t i, const Tensor& param, const Tensor& grad) const;
-  void set(std::size_t i, const Tensor& param, const Tensor& grad);
-  const Tensor& param(std::size_t i) const { return params_[i].param; }
-  const Tensor& grad(std::size_t i) const { return params_[i].grad; }
+  void check(std::size_t i, const Tensor& param, const Tensor& grad) const override;
+  void set(std::size_t i, const Tensor& param, const Tensor& grad) override;
+  const Tensor& param(std::size_t i) const override { return params_[i].param; }
+  const Tensor& grad(std::size_t i) const override { return params_[i].grad; }
 
   /// ZeRO-2: sums (or averages) the ranks' grads of each shard into this rank's reduce
   /// buffers. Pre-sharded params' grads are neither: the framework reduced them already.
   /// In a world of one it does nothing: the engines read the grads where they are.
-  void reduce_grads();
+  void reduce_grads() override;
   /// Whether grads go through the reduce-scatter: ZeRO-2 in a world of more than one. (In
   /// a world of one the sum is the grad itself, and widening and copying every grad cost
   /// 60 of a 96 ms step.)
   bool reduces_grads() const { return options_.stage == ZeroStage::two && world_ > 1; }
   /// Every rank's updated pieces into every rank's params.
-  void gather_params();
+  void gather_params() override;
   ZeroStage stage() const { return options_.stage; }
-  Communicator& communicator() const { return *options_.communicator; }
+  Communicator& communicator() const override { return *options_.communicator; }
 
  private:
   struct Param {
