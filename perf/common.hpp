@@ -7,9 +7,11 @@
 
 #include <chrono>
 #include <cstdint>
+#include <kopt/impl/backends.hpp>
 #include <kopt/kopt.hpp>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "plain_loops.hpp"
@@ -130,15 +132,7 @@ benchmark::internal::Benchmark* add(const std::string& name, Fn fn,
 /// Calls f(std::type_identity<Space>{}) for each execution space Kokkos enables, host first.
 template <class F>
 void for_each_space(F&& f) {
-#ifdef KOKKOS_ENABLE_SERIAL
-  f(std::type_identity<Kokkos::Serial>{});
-#endif
-#ifdef KOKKOS_ENABLE_OPENMP
-  f(std::type_identity<Kokkos::OpenMP>{});
-#endif
-#ifdef KOKKOS_ENABLE_CUDA
-  f(std::type_identity<Kokkos::Cuda>{});
-#endif
+  kopt::Impl::for_each_backend(std::forward<F>(f));
 }
 
 /// The quick suite runs one-thread Serial rows at one size only: the same kernel as OpenMP.

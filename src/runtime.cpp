@@ -1,5 +1,6 @@
 #include <Kokkos_Core.hpp>
 #include <kopt/error.hpp>
+#include <kopt/impl/backends.hpp>
 #include <kopt/runtime.hpp>
 #include <kopt/version.hpp>
 #include <sstream>
@@ -8,15 +9,7 @@ namespace kopt {
 
 std::vector<std::string> enabled_spaces() {
   std::vector<std::string> spaces;
-#ifdef KOKKOS_ENABLE_SERIAL
-  spaces.emplace_back("Serial");
-#endif
-#ifdef KOKKOS_ENABLE_OPENMP
-  spaces.emplace_back("OpenMP");
-#endif
-#ifdef KOKKOS_ENABLE_CUDA
-  spaces.emplace_back("Cuda");
-#endif
+  Impl::for_each_backend([&](auto space) { spaces.emplace_back(decltype(space)::type::name()); });
   return spaces;
 }
 

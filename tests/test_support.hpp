@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <Kokkos_Core.hpp>
+#include <kopt/impl/backends.hpp>
 #include <kopt/kopt.hpp>
 #include <random>
 #include <string>
@@ -12,30 +13,14 @@
 
 namespace kopt_test {
 
-// The execution spaces this Kokkos enables, as a GoogleTest type list.
+// The execution spaces of this build (kopt/impl/backends.hpp), as a GoogleTest type list.
+template <class Tuple>
+struct GtestTypes;
 template <class... Ts>
-struct SpaceList {
-  using gtest = ::testing::Types<Ts...>;
-  template <class T>
-  using with = SpaceList<Ts..., T>;
+struct GtestTypes<std::tuple<Ts...>> {
+  using type = ::testing::Types<Ts...>;
 };
-using Spaces0 = SpaceList<>;
-#ifdef KOKKOS_ENABLE_SERIAL
-using Spaces1 = Spaces0::with<Kokkos::Serial>;
-#else
-using Spaces1 = Spaces0;
-#endif
-#ifdef KOKKOS_ENABLE_OPENMP
-using Spaces2 = Spaces1::with<Kokkos::OpenMP>;
-#else
-using Spaces2 = Spaces1;
-#endif
-#ifdef KOKKOS_ENABLE_CUDA
-using Spaces3 = Spaces2::with<Kokkos::Cuda>;
-#else
-using Spaces3 = Spaces2;
-#endif
-using EnabledSpaces = Spaces3::gtest;
+using EnabledSpaces = GtestTypes<kopt::Impl::BackendSpaces>::type;
 
 // Readable names for typed tests: "Serial", "OpenMP", "Cuda".
 struct SpaceName {

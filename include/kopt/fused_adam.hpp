@@ -6,6 +6,7 @@
 /// per (param dtype, grad dtype, amsgrad) class present, normally one.
 
 #include <kopt/fused_optimizer.hpp>
+#include <kopt/impl/backends.hpp>
 
 namespace kopt {
 
@@ -69,13 +70,9 @@ class FusedAdam : public FusedOptimizer<ExecSpace, Impl::AdamPolicy> {
 }  // namespace kopt
 
 namespace kopt {
-#ifdef KOKKOS_ENABLE_SERIAL
-extern template class FusedOptimizer<Kokkos::Serial, Impl::AdamPolicy>;
-#endif
-#ifdef KOKKOS_ENABLE_OPENMP
-extern template class FusedOptimizer<Kokkos::OpenMP, Impl::AdamPolicy>;
-#endif
-#ifdef KOKKOS_ENABLE_CUDA
-extern template class FusedOptimizer<Kokkos::Cuda, Impl::AdamPolicy>;
-#endif
+// Adam's engine is compiled into the library for every space of the build
+// (backends/<space>/fused_<space>.cpp).
+#define KOPT_EXTERN_FUSED_ADAM(Space) extern template class FusedOptimizer<Space, Impl::AdamPolicy>;
+KOPT_FOR_EACH_BACKEND(KOPT_EXTERN_FUSED_ADAM)
+#undef KOPT_EXTERN_FUSED_ADAM
 }  // namespace kopt
