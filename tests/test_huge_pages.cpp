@@ -74,21 +74,30 @@ TEST(HugePages, FusedAndOffloadStateSitOnHugePages) {
   const std::int64_t n = std::int64_t{1} << 22;  // 16 MiB per state array
   std::vector<float> param(static_cast<std::size_t>(n), 0.5f), grad(param.size(), 0.25f);
   using Exec = Kokkos::DefaultHostExecutionSpace;
-  kopt::FusedAdam<Exec> fused(Exec(), kopt::AdamConfig{}, "huge");
-  fused.add("w", kopt::Tensor::from(param.data(), n), kopt::Tensor::from(grad.data(), n));
-  const long fallbacks = thp_fallbacks();
-  fused.step();
-  Kokkos::fence();
-  const auto s = fused.state("w");
-  // Mid-array: the array's first page (shared with the allocation's header) is not advised.
-  for (const float* mid : {s.exp_avg.data() + n / 2, s.exp_avg_sq.data() + n / 2}) {
-    EXPECT_TRUE(advised_at(mid));
-    // Backed by huge pages unless the kernel had none to give (then it counts a fallback).
-    if (thp_fallbacks() == fallbacks) {
-      EXPECT_GT(huge_kb_at(mid), 0);
+  // The kernel backs advised memory with huge pages as it can: beside other heavy processes
+  // (ctest -j2 at 4 threads on 2 cores) a fault now and then takes small pages without
+  // counting a fallback. So up to three fresh engines: advice given after the first touch
+  // (the bug this test is for) fails all three.
+  bool backed = false;
+  for (int attempt = 0; attempt < 3 && !backed; ++attempt) {
+    std::vector<float> p(param);
+    kopt::FusedAdam<Exec> fused(Exec(), kopt::AdamConfig{}, "huge");
+    fused.add("w", kopt::Tensor::from(p.data(), n), kopt::Tensor::from(grad.data(), n));
+    const long fallbacks = thp_fallbacks();
+    fused.step();
+    Kokkos::fence();
+    const auto s = fused.state("w");
+    // Mid-array: the array's first page (shared with the allocation's header) is not advised.
+    backed = true;
+    for (const float* mid : {s.exp_avg.data() + n / 2, s.exp_avg_sq.data() + n / 2}) {
+      EXPECT_TRUE(advised_at(mid));
+      // Backed by huge pages unless the kernel had none to give (then it counts a fallback).
+      backed = backed && (huge_kb_at(mid) > 0 || thp_fallbacks() != fallbacks);
     }
+    EXPECT_FLOAT_EQ(s.exp_avg(n - 1), 0.1f * 0.25f);  // zero-initialized, then one update
+    if (attempt == 0) param = p;
   }
-  EXPECT_FLOAT_EQ(s.exp_avg(n - 1), 0.1f * 0.25f);  // zero-initialized, then one update
+  EXPECT_TRUE(backed) << "advised state arrays got no huge page in three tries";
 
   // The offload engine's host state, allocated the same way: fresh moments are zeros, so one
   // step gives the fused engine's params bit for bit.
