@@ -77,10 +77,13 @@ void check_block_fields(const Index& index, const std::string& file) {
     const std::uint64_t per_element =
         4u * (static_cast<unsigned>(std::popcount(unsigned{p.arrays})) + p.has_master);
     const auto length = static_cast<std::uint64_t>(b.length);
-    KOPT_THROW_IF_AS(CheckpointError,
-                     length > u64_max / per_element || b.bytes != per_element * length,
-                     who << " of '" << p.name << "': " << b.bytes << " bytes for " << b.length
-                         << " elements of " << per_element << " bytes");
+    KOPT_THROW_IF_AS(
+        CheckpointError,
+        // per_element is 0 for a param with no state (an f32 param of SGD
+        // without momentum): its blocks hold no bytes.
+        (per_element > 0 && length > u64_max / per_element) || b.bytes != per_element * length,
+        who << " of '" << p.name << "': " << b.bytes << " bytes for " << b.length << " elements of "
+            << per_element << " bytes");
     KOPT_THROW_IF_AS(
         CheckpointError,
         b.bytes > 0 && (b.file_offset < kDataHeaderBytes || b.file_offset > u64_max - b.bytes),
