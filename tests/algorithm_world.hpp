@@ -1,0 +1,117 @@
+#pragma once
+// A HybridOptimizer whose groups run any algorithm (kopt::AlgorithmConfig), with grads that
+// depend only on (seed, step, param) so that two worlds can be stepped on the same data,
+// and the optimizer state as a checkpoint holds it, per param, for bitwise comparisons.
+
+#include <kopt/impl/checkpoint_format.hpp>
+#include <map>
+
+#include "checkpoint_model.hpp"  // TempDir
+#include "hybrid_world.hpp"      // ParamDef, Buffer, mixed_defs
+
+namespace kopt_test {
+
+struct AlgorithmWorld {
+  std::vector<kopt::AlgorithmConfig> configs;
+  std::vector<ParamDef> defs;
+  std::vector<Buffer> params, grads;
+  std::vector<std::vector<double>> last_grads;  // as stored (rounded to the grad dtype)
+  std::unique_ptr<kopt::HybridOptimizer> opt;
+  unsigned seed;
+
+  // Group g runs configs[g], offloaded (StatePlacement::host) where host_state[g].
+  AlgorithmWorld(std::vector<kopt::AlgorithmConfig> cfgs, std::vector<ParamDef> ds,
+                 const kopt::HybridOptions& options = {}, unsigned s = 11,
+                 const std::vector<bool>& host_state = {})
+      : configs(std::move(cfgs)), defs(std::move(ds)), seed(s) {
+    std::vector<kopt::ParamGroup> groups;
+    for (std::size_t g = 0; g < configs.size(); ++g)
+      groups.emplace_back(configs[g], g < host_state.size() && host_state[g]
+                                          ? kopt::StatePlacement::host
+                                          : kopt::StatePlacement::with_params);
+    std::mt19937 rng(seed);
+    for (std::size_t j = 0; j < defs.size(); ++j) {
+      params.emplace_back(defs[j].param, defs[j].on_device, defs[j].n);
+      grads.emplace_back(defs[j].grad, defs[j].on_device, defs[j].n);
+      params[j].set(uniform(rng, defs[j].n));
+      groups.at(defs[j].group).add(name(j), params[j].tensor(), grads[j].tensor());
+    }
+    last_grads.resize(defs.size());
+    opt = std::make_unique<kopt::HybridOptimizer>(std::move(groups), options);
+  }
+  static std::string name(std::size_t j) { return "p" + std::to_string(j); }
+  static std::vector<double> uniform(std::mt19937& rng, std::size_t n) {
+    std::uniform_real_distribution<double> d(-1, 1);
+    std::vector<double> v(n);
+    for (auto& x : v) x = d(rng);
+    return v;
+  }
+  // The grads of step `step`, times `scale` (a loss scale), and param j's times amp[j].
+  void set_grads(int step, double scale = 1.0, const std::vector<double>& amp = {}) {
+    for (std::size_t j = 0; j < defs.size(); ++j) {
+      std::mt19937 rng(seed * 7919u + static_cast<unsigned>(1000 * step + j));
+      std::vector<double> g = uniform(rng, defs[j].n);
+      for (auto& x : g) x *= scale * (j < amp.size() ? amp[j] : 1.0);
+      grads[j].set(g);
+      last_grads[j] = grads[j].get();
+    }
+  }
+  void train(int first_step, int steps) {
+    for (int s = first_step; s < first_step + steps; ++s) {
+      set_grads(s);
+      opt->step();
+    }
+  }
+  std::vector<std::vector<double>> all_params() {
+    std::vector<std::vector<double>> v;
+    for (auto& p : params) v.push_back(p.get());
+    return v;
+  }
+};
+
+// One param's state as a checkpoint holds it: its step count, which arrays it keeps, and
+// each array (the algorithm's, then the fp32 master) as float bits over the whole param,
+// whatever blocks, ranks and order the save used.
+struct SavedParam {
+  std::int64_t step = 0;
+  unsigned arrays = 0;
+  bool has_master = false;
+  std::vector<std::vector<std::uint32_t>> values;
+  bool operator==(const SavedParam&) const = default;
+};
+
+inline std::map<std::string, SavedParam> saved_params(const std::string& dir) {
+  namespace I = kopt::Impl;
+  const std::string index_file = dir + "/" + I::kIndexName;
+  I::Index index = I::parse_index(I::read_file(index_file), index_file);
+  std::map<std::string, SavedParam> out;
+  for (std::size_t p = 0; p < index.params.size(); ++p) {
+    const I::IndexParam& q = index.params[p];
+    SavedParam& s = out[q.name];
+    s.step = q.step;
+    s.arrays = q.arrays;
+    s.has_master = q.has_master;
+    const std::size_t kept = static_cast<std::size_t>(std::popcount(s.arrays)) + s.has_master;
+    s.values.assign(kept, std::vector<std::uint32_t>(static_cast<std::size_t>(q.global_numel)));
+    for (std::size_t b = index.first_block[p]; b < index.first_block[p + 1]; ++b) {
+      const I::IndexBlock& blk = index.blocks[b];
+      const auto bytes = I::read_file_range(
+          dir + "/" + I::data_file_name(index.generation, blk.rank), blk.file_offset, blk.bytes);
+      const auto len = static_cast<std::size_t>(blk.length);
+      EXPECT_EQ(bytes.size(), kept * len * 4) << q.name;
+      if (bytes.size() != kept * len * 4) continue;
+      for (std::size_t k = 0; k < kept; ++k)
+        std::memcpy(s.values[k].data() + blk.global_offset, bytes.data() + k * len * 4, len * 4);
+    }
+  }
+  return out;
+}
+
+// Saves `opt` into a fresh directory and reads its state back.
+inline std::map<std::string, SavedParam> saved_params(kopt::HybridOptimizer& opt) {
+  TempDir dir;
+  opt.save(dir.str("ckpt"));
+  return saved_params(dir.str("ckpt"));
+}
+
+}  // namespace kopt_test

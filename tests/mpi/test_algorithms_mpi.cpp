@@ -1,0 +1,124 @@
+// SGD with momentum, Lion and Adagrad sharded over MPI (ZeRO-1 and ZeRO-2): params and
+// state bitwise those of one process stepping the same data, at the world size this runs
+// with (CTest: 1, 2, 3 and 4 ranks).
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include "../algorithm_world.hpp"
+#include "shared_dir.hpp"
+#include "world.hpp"
+
+namespace {
+
+using kopt::DType;
+using kopt_test::AlgorithmWorld;
+using kopt_test::ParamDef;
+using kopt_test::sharded;
+using kopt_test::world_rank;
+using kopt_test::world_size;
+
+// Two groups of each algorithm (group 1 offloaded in every run).
+std::vector<std::vector<kopt::AlgorithmConfig>> algorithms() {
+  return {
+      {kopt::SgdConfig{.lr = 0.05, .momentum = 0.9, .nesterov = true},
+       kopt::SgdConfig{.lr = 0.1, .momentum = 0.5, .dampening = 0.2, .weight_decay = 0.01}},
+      {kopt::LionConfig{.lr = 1e-3, .weight_decay = 0.1},
+       kopt::LionConfig{.lr = 3e-4, .beta1 = 0.95, .beta2 = 0.98, .maximize = true}},
+      {kopt::AdagradConfig{.lr = 0.05, .lr_decay = 0.01, .initial_accumulator_value = 0.1},
+       kopt::AdagradConfig{.weight_decay = 0.05, .eps = 1e-6, .maximize = true}},
+  };
+}
+
+// f32, bf16 and f16 params of sizes that do not divide evenly, plus one smaller than a
+// shard (at 3-4 ranks some ranks hold no piece of group 1's last params).
+std::vector<ParamDef> defs(DType grad_override = DType::i32) {
+  std::vector<ParamDef> d = kopt_test::mixed_defs(2);
+  d.push_back(ParamDef{1, DType::bf16, DType::bf16, false, 3});
+  d.push_back(ParamDef{1, DType::f32, DType::f32, false, 1});
+  if (grad_override != DType::i32)
+    for (ParamDef& x : d) x.grad = grad_override;
+  return d;
+}
+
+// Params, step counts and every state array and master, bitwise.
+void expect_same(AlgorithmWorld& one, AlgorithmWorld& zero) {
+  for (std::size_t j = 0; j < one.defs.size(); ++j) {
+    EXPECT_EQ(one.params[j].get(), zero.params[j].get()) << one.name(j);
+    EXPECT_EQ(one.opt->step_count(one.name(j)), zero.opt->step_count(zero.name(j)));
+  }
+  const kopt_test::SharedDir shared;  // the sharded save is collective: one directory
+  zero.opt->save(shared.path);
+  const auto state_zero = kopt_test::saved_params(shared.path);
+  const auto state_one = kopt_test::saved_params(*one.opt);  // this rank's own directory
+  ASSERT_EQ(state_one.size(), one.defs.size());
+  for (const auto& [name, s] : state_one) {
+    ASSERT_TRUE(state_zero.count(name)) << name;
+    EXPECT_TRUE(s == state_zero.at(name)) << name << ": state differs";
+  }
+}
+
+std::string describe(const std::vector<kopt::AlgorithmConfig>& configs) {
+  return std::string(kopt::algorithm_name(configs[0])) + " at " + std::to_string(world_size()) +
+         " ranks";
+}
+
+// Every rank has the whole grads; each updates its shard and the params are all-gathered.
+// With clipping: the global norm has the same bits whatever the world size.
+TEST(AlgorithmsZero1, ShardedRunsMatchOneProcessBitwise) {
+  kopt::HybridOptions options;
+  options.max_grad_norm = 5.0;  // the norm (~ 80) is clipped
+  for (const auto& configs : algorithms()) {
+    SCOPED_TRACE(describe(configs));
+    AlgorithmWorld one(configs, defs(), options, 21, {false, true});
+    AlgorithmWorld zero(configs, defs(), sharded(options, kopt::ZeroStage::one), 21, {false, true});
+    for (int s = 0; s < 8; ++s) {
+      one.set_grads(s);
+      zero.set_grads(s);
+      const kopt::StepStats a = one.opt->step(), b = zero.opt->step();
+      EXPECT_EQ(a.grad_norm, b.grad_norm);
+      EXPECT_LT(b.clip_factor, 1.0);
+    }
+    expect_same(one, zero);
+  }
+}
+
+// Per rank, grads of small multiples of 1/128: their sum over ranks is exact in any order,
+// so one process given the sum sees bitwise what ZeRO-2's reduce-scatter produces.
+std::vector<std::vector<double>> rank_grads(const std::vector<ParamDef>& d, int step, bool sum) {
+  std::vector<std::vector<double>> out;
+  for (const ParamDef& p : d) out.emplace_back(p.n, 0.0);
+  for (int r = 0; r < world_size(); ++r) {
+    std::mt19937 rng(static_cast<unsigned>(1000 * step + r));
+    std::uniform_int_distribution<int> k(-100, 100);
+    for (std::size_t j = 0; j < d.size(); ++j)
+      for (std::size_t i = 0; i < d[j].n; ++i) {
+        const double g = k(rng) / 128.0;
+        if (sum || r == world_rank()) out[j][i] += g;
+      }
+  }
+  return out;
+}
+
+TEST(AlgorithmsZero2, ReduceScatteredRunsMatchOneProcessBitwise) {
+  kopt::HybridOptions options;
+  options.max_grad_norm = 5.0;
+  for (const auto& configs : algorithms()) {
+    SCOPED_TRACE(describe(configs));
+    // ZeRO-2 reduces in f32: the one process gets f32 grads.
+    AlgorithmWorld one(configs, defs(DType::f32), options, 23, {false, true});
+    AlgorithmWorld zero(configs, defs(), sharded(options, kopt::ZeroStage::two), 23, {false, true});
+    for (int s = 0; s < 6; ++s) {
+      const auto mine = rank_grads(zero.defs, s, false), all = rank_grads(zero.defs, s, true);
+      for (std::size_t j = 0; j < zero.defs.size(); ++j) {
+        zero.grads[j].set(mine[j]);
+        one.grads[j].set(all[j]);
+      }
+      const kopt::StepStats a = one.opt->step(), b = zero.opt->step();
+      EXPECT_EQ(a.grad_norm, b.grad_norm);
+      EXPECT_LT(b.clip_factor, 1.0);
+    }
+    expect_same(one, zero);
+  }
+}
+
+}  // namespace

@@ -1,0 +1,139 @@
+#pragma once
+// Test oracles for SGD, Lion and Adagrad in double precision, written from the equations
+// in kopt/sgd_config.hpp, kopt/lion_config.hpp and kopt/adagrad_config.hpp (torch.optim.SGD
+// and Adagrad, single-tensor path; Lion as Chen et al. 2023), independently of kopt's
+// policies and step scalars. A 16-bit param's reference is its double master: it starts
+// from the widened 16-bit value and never rounds.
+
+#include <cmath>
+#include <cstdint>
+#include <kopt/adagrad_config.hpp>
+#include <kopt/lion_config.hpp>
+#include <kopt/sgd_config.hpp>
+#include <limits>
+#include <vector>
+
+namespace kopt_test {
+
+// torch.optim.SGD: the momentum buffer is created as the first step's gradient.
+struct ReferenceSgd {
+  kopt::SgdConfig config;
+  std::vector<double> param, momentum_buffer;
+  // The buffer's recurrence on |d_p|: bounds |buffer| and the terms its rounding errors
+  // scale with (the buffer itself may be near 0 by cancellation while its error is not).
+  std::vector<double> momentum_buffer_size;
+  std::int64_t step = 0;
+
+  ReferenceSgd(const kopt::SgdConfig& c, std::vector<double> p)
+      : config(c),
+        param(std::move(p)),
+        momentum_buffer(param.size(), 0.0),
+        momentum_buffer_size(param.size(), 0.0) {}
+
+  // One step with gradient `grad` (as stored, e.g. rounded to bf16) times `grad_scale`.
+  void update(const std::vector<double>& grad, double grad_scale = 1.0) {
+    const kopt::SgdConfig& c = config;
+    ++step;
+    for (std::size_t i = 0; i < param.size(); ++i) {
+      double d_p = grad[i] * grad_scale;
+      if (c.maximize) d_p = -d_p;
+      if (c.weight_decay != 0.0) d_p = d_p + c.weight_decay * param[i];
+      if (c.momentum != 0.0) {
+        double& buf = momentum_buffer[i];
+        double& size = momentum_buffer_size[i];
+        buf = step == 1 ? d_p : c.momentum * buf + (1.0 - c.dampening) * d_p;
+        size = step == 1 ? std::abs(d_p) : c.momentum * size + std::abs((1.0 - c.dampening) * d_p);
+        d_p = c.nesterov ? d_p + c.momentum * buf : buf;
+      }
+      param[i] = param[i] - c.lr * d_p;
+    }
+  }
+};
+
+// torch.optim.Adagrad: the sum starts at initial_accumulator_value; lr decays with the
+// step count.
+struct ReferenceAdagrad {
+  kopt::AdagradConfig config;
+  std::vector<double> param, sum;
+  std::int64_t step = 0;
+
+  ReferenceAdagrad(const kopt::AdagradConfig& c, std::vector<double> p)
+      : config(c), param(std::move(p)), sum(param.size(), c.initial_accumulator_value) {}
+
+  void update(const std::vector<double>& grad, double grad_scale = 1.0) {
+    const kopt::AdagradConfig& c = config;
+    ++step;
+    const double clr = c.lr / (1.0 + static_cast<double>(step - 1) * c.lr_decay);
+    for (std::size_t i = 0; i < param.size(); ++i) {
+      double g = grad[i] * grad_scale;
+      if (c.maximize) g = -g;
+      if (c.weight_decay != 0.0) g = g + c.weight_decay * param[i];
+      sum[i] += g * g;
+      param[i] -= clr * g / (std::sqrt(sum[i]) + c.eps);
+    }
+  }
+};
+
+// Lion. The direction is the sign of an interpolation that is near 0 for some elements: an
+// fp32 optimizer and this double one then legitimately disagree. interpolation() gives the
+// double value and a size its fp32 rounding errors are proportional to, so a test can tell
+// which signs are certain; an update may be handed the directions to use (NaN: this
+// reference's own sign).
+struct ReferenceLion {
+  kopt::LionConfig config;
+  std::vector<double> param, exp_avg;
+  // beta2-average of |g|: bounds |exp_avg| and the terms whose rounding errors it carries
+  // (exp_avg itself may be near 0 by cancellation while its error is not).
+  std::vector<double> exp_avg_size;
+  std::int64_t step = 0;
+
+  ReferenceLion(const kopt::LionConfig& c, std::vector<double> p)
+      : config(c),
+        param(std::move(p)),
+        exp_avg(param.size(), 0.0),
+        exp_avg_size(param.size(), 0.0) {}
+
+  struct Interpolation {
+    double value;  // beta1 m + (1 - beta1) g
+    double scale;  // beta1 |m|-size + (1 - beta1) |g|: what its rounding errors scale with
+  };
+  // The interpolation element i would take with scaled gradient `g` (maximize applied here).
+  Interpolation interpolation(std::size_t i, double g) const {
+    if (config.maximize) g = -g;
+    const double a = config.beta1 * exp_avg[i], b = (1.0 - config.beta1) * g;
+    return {a + b, config.beta1 * exp_avg_size[i] + std::abs(b)};
+  }
+  static double sign(double x) { return x > 0.0 ? 1.0 : (x < 0.0 ? -1.0 : 0.0); }
+
+  void update(const std::vector<double>& grad, double grad_scale = 1.0,
+              const std::vector<double>* directions = nullptr) {
+    const kopt::LionConfig& c = config;
+    ++step;
+    for (std::size_t i = 0; i < param.size(); ++i) {
+      double g = grad[i] * grad_scale;
+      double dir = sign(interpolation(i, g).value);
+      if (directions != nullptr && !std::isnan((*directions)[i])) dir = (*directions)[i];
+      if (c.maximize) g = -g;
+      param[i] *= 1.0 - c.lr * c.weight_decay;
+      param[i] -= c.lr * dir;
+      exp_avg[i] = c.beta2 * exp_avg[i] + (1.0 - c.beta2) * g;
+      exp_avg_size[i] = c.beta2 * exp_avg_size[i] + (1.0 - c.beta2) * std::abs(g);
+    }
+  }
+};
+
+// ||a - b||_2 / ||size||_2: an error relative to the magnitudes it scales with (0 when
+// both are empty or zero).
+inline double error_relative_to(const std::vector<double>& a, const std::vector<double>& b,
+                                const std::vector<double>& size) {
+  double num = 0.0, den = 0.0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    num += (a[i] - b[i]) * (a[i] - b[i]);
+    den += size[i] * size[i];
+  }
+  return den == 0.0 ? std::sqrt(num) : std::sqrt(num / den);
+}
+
+inline constexpr double kUseOwnSign = std::numeric_limits<double>::quiet_NaN();
+
+}  // namespace kopt_test

@@ -1,0 +1,167 @@
+// Invalid SGD, Lion and Adagrad configs: every invalid field is refused with its name and
+// value, by validate(), by ParamGroup's constructor, by the fused engine, and by step()
+// after a schedule changed it, which then changes nothing.
+#include <functional>
+#include <kopt/impl/fused_optimizer_def.hpp>
+
+#include "algorithm_world.hpp"
+#include "test_support.hpp"
+
+namespace {
+
+using namespace kopt_test;
+using kopt::DType;
+
+template <class C>
+struct BadCase {
+  std::function<void(C&)> spoil;  // makes a valid config invalid in one field
+  std::string needle;             // what the message must say
+};
+
+std::vector<BadCase<kopt::SgdConfig>> bad_sgd() {
+  using C = kopt::SgdConfig;
+  return {
+      {[](C& c) { c.lr = -1; }, "SgdConfig.lr = -1"},
+      {[](C& c) { c.lr = NAN; }, "SgdConfig.lr = nan"},
+      {[](C& c) { c.lr = INFINITY; }, "SgdConfig.lr = inf"},
+      {[](C& c) { c.momentum = -0.5; }, "SgdConfig.momentum = -0.5"},
+      {[](C& c) { c.momentum = NAN; }, "SgdConfig.momentum = nan"},
+      {[](C& c) { c.dampening = NAN; }, "SgdConfig.dampening = nan"},
+      {[](C& c) { c.dampening = -INFINITY; }, "SgdConfig.dampening = -inf"},
+      {[](C& c) { c.weight_decay = -0.01; }, "SgdConfig.weight_decay = -0.01"},
+      {[](C& c) { c.weight_decay = INFINITY; }, "SgdConfig.weight_decay = inf"},
+      {[](C& c) { c.momentum = 0, c.nesterov = true; }, "SgdConfig.nesterov = true"},
+      {[](C& c) { c.momentum = 0.9, c.dampening = 0.1, c.nesterov = true; },
+       "SgdConfig.nesterov = true is invalid with momentum = 0.9 and dampening = 0.1"},
+  };
+}
+std::vector<BadCase<kopt::LionConfig>> bad_lion() {
+  using C = kopt::LionConfig;
+  return {
+      {[](C& c) { c.lr = -1; }, "LionConfig.lr = -1"},
+      {[](C& c) { c.lr = NAN; }, "LionConfig.lr = nan"},
+      {[](C& c) { c.beta1 = -0.1; }, "LionConfig.beta1 = -0.1"},
+      {[](C& c) { c.beta1 = 1.1; }, "LionConfig.beta1 = 1.1"},
+      {[](C& c) { c.beta1 = NAN; }, "LionConfig.beta1 = nan"},
+      {[](C& c) { c.beta2 = 1.5; }, "LionConfig.beta2 = 1.5"},
+      {[](C& c) { c.beta2 = -0.5; }, "LionConfig.beta2 = -0.5"},
+      {[](C& c) { c.weight_decay = -1; }, "LionConfig.weight_decay = -1"},
+      {[](C& c) { c.weight_decay = INFINITY; }, "LionConfig.weight_decay = inf"},
+  };
+}
+std::vector<BadCase<kopt::AdagradConfig>> bad_adagrad() {
+  using C = kopt::AdagradConfig;
+  return {
+      {[](C& c) { c.lr = -1; }, "AdagradConfig.lr = -1"},
+      {[](C& c) { c.lr = INFINITY; }, "AdagradConfig.lr = inf"},
+      {[](C& c) { c.lr_decay = -0.1; }, "AdagradConfig.lr_decay = -0.1"},
+      {[](C& c) { c.lr_decay = NAN; }, "AdagradConfig.lr_decay = nan"},
+      {[](C& c) { c.weight_decay = -1; }, "AdagradConfig.weight_decay = -1"},
+      {[](C& c) { c.initial_accumulator_value = -0.1; },
+       "AdagradConfig.initial_accumulator_value = -0.1"},
+      {[](C& c) { c.eps = -1e-10; }, "AdagradConfig.eps = -1e-10"},
+      {[](C& c) { c.eps = NAN; }, "AdagradConfig.eps = nan"},
+  };
+}
+
+// Valid configs with every switch on that the spoilers do not need off.
+kopt::SgdConfig good(kopt::SgdConfig) { return {.lr = 0.05, .momentum = 0.0}; }
+kopt::LionConfig good(kopt::LionConfig) { return {.lr = 1e-3, .weight_decay = 0.1}; }
+kopt::AdagradConfig good(kopt::AdagradConfig) {
+  return {.lr = 0.05, .lr_decay = 0.01, .initial_accumulator_value = 0.1};
+}
+
+template <class C>
+void expect_refused_everywhere(const std::vector<BadCase<C>>& cases) {
+  for (const BadCase<C>& bad : cases) {
+    SCOPED_TRACE(bad.needle);
+    C c = good(C{});
+    ASSERT_NO_THROW(c.validate());
+    bad.spoil(c);
+    expect_error<kopt::InvalidArgument>([&] { c.validate(); }, bad.needle);
+    expect_error<kopt::InvalidArgument>([&] { kopt::validate(kopt::AlgorithmConfig(c)); },
+                                        bad.needle);
+    expect_error<kopt::InvalidArgument>([&] { kopt::ParamGroup group(c); }, bad.needle);
+    expect_error<kopt::InvalidArgument>([&] { kopt::ParamGroup(c, kopt::StatePlacement::host); },
+                                        bad.needle);
+    kopt::ParamGroup fine(good(C{}));
+    expect_error<kopt::InvalidArgument>([&] { fine.set_algorithm(c); }, bad.needle);
+    EXPECT_EQ(fine.config<C>(), good(C{})) << "a refused set_algorithm changed the config";
+    using Engine = kopt::FusedOptimizer<Kokkos::DefaultHostExecutionSpace, typename C::Policy>;
+    expect_error<kopt::InvalidArgument>([&] { Engine e(Kokkos::DefaultHostExecutionSpace(), c); },
+                                        bad.needle);
+    Engine engine(Kokkos::DefaultHostExecutionSpace(), good(C{}));
+    expect_error<kopt::InvalidArgument>([&] { engine.add_group(c); }, bad.needle);
+    EXPECT_EQ(engine.num_groups(), 1u);
+  }
+}
+
+TEST(AlgorithmsBadConfig, EveryInvalidFieldIsNamedByValidateParamGroupAndEngine) {
+  expect_refused_everywhere(bad_sgd());
+  expect_refused_everywhere(bad_lion());
+  expect_refused_everywhere(bad_adagrad());
+}
+
+// A schedule spoils group 1's config between steps (group 0 is Adam, group 2 offloaded, of
+// the same algorithm as group 1): step() throws naming the group and the field and changes
+// nothing; once the config is fixed, the run goes on as a twin that never saw it.
+template <class C>
+void expect_schedule_refused(const std::vector<BadCase<C>>& cases) {
+  const std::vector<kopt::AlgorithmConfig> configs = {kopt::AdamConfig{}, good(C{}), good(C{})};
+  const std::vector<ParamDef> defs = {ParamDef{0, DType::f32, DType::f32, false, 13},
+                                      ParamDef{1, DType::f32, DType::f32, false, 31},
+                                      ParamDef{1, DType::bf16, DType::f16, false, 7},
+                                      ParamDef{2, DType::f16, DType::f32, false, 9}};
+  const kopt::HybridOptions options{.max_grad_norm = 1.0};
+  for (const BadCase<C>& bad : cases) {
+    SCOPED_TRACE(bad.needle);
+    AlgorithmWorld w(configs, defs, options, 5, {false, false, true});
+    AlgorithmWorld twin(configs, defs, options, 5, {false, false, true});
+    w.train(0, 2);
+    twin.train(0, 2);
+    const auto before = w.all_params();
+    const auto state_before = saved_params(*w.opt);
+    bad.spoil(w.opt->group(1).config<C>());
+    w.set_grads(2);
+    expect_error<kopt::InvalidArgument>([&] { w.opt->step(); }, "group 1: " + bad.needle);
+    EXPECT_EQ(w.all_params(), before) << "a refused step moved params";
+    for (std::size_t j = 0; j < defs.size(); ++j) EXPECT_EQ(w.opt->step_count(w.name(j)), 2);
+    w.opt->group(1).config<C>() = good(C{});
+    EXPECT_TRUE(saved_params(*w.opt) == state_before) << "a refused step changed the state";
+    w.train(2, 2);
+    twin.train(2, 2);
+    EXPECT_EQ(w.all_params(), twin.all_params());
+  }
+}
+
+TEST(AlgorithmsBadConfig, SgdScheduleChangeToAnInvalidValueIsRefusedByStep) {
+  expect_schedule_refused(bad_sgd());
+}
+TEST(AlgorithmsBadConfig, LionScheduleChangeToAnInvalidValueIsRefusedByStep) {
+  expect_schedule_refused(bad_lion());
+}
+TEST(AlgorithmsBadConfig, AdagradScheduleChangeToAnInvalidValueIsRefusedByStep) {
+  expect_schedule_refused(bad_adagrad());
+}
+
+// The config of a group is asked for as its own algorithm's; config() is Adam's.
+TEST(AlgorithmsBadConfig, AConfigOfAnotherAlgorithmIsRefusedNamingBoth) {
+  AlgorithmWorld w({kopt::AdamConfig{}, kopt::SgdConfig{.momentum = 0.9}, kopt::LionConfig{},
+                    kopt::AdagradConfig{}},
+                   {ParamDef{1, DType::f32, DType::f32, false, 5}});
+  for (const char* needle : {"runs 'sgd'", "not 'adam'"})
+    expect_error<kopt::InvalidArgument>([&] { w.opt->group(1).config(); }, needle);
+  const kopt::HybridOptimizer::Group sgd = w.opt->group(1);  // the const overload too
+  expect_error<kopt::InvalidArgument>([&] { sgd.config(); }, "not 'adam'");
+  expect_error<kopt::InvalidArgument>([&] { w.opt->group(1).config<kopt::LionConfig>(); },
+                                      "not 'lion'");
+  expect_error<kopt::InvalidArgument>([&] { w.opt->group(2).config<kopt::AdagradConfig>(); },
+                                      "runs 'lion'");
+  expect_error<kopt::InvalidArgument>([&] { w.opt->group(3).config<kopt::SgdConfig>(); },
+                                      "runs 'adagrad'");
+  EXPECT_EQ(w.opt->group(1).config<kopt::SgdConfig>().momentum, 0.9);
+  EXPECT_EQ(w.opt->group(0).config().lr, kopt::AdamConfig{}.lr);
+  EXPECT_STREQ(kopt::algorithm_name(w.opt->group(3).algorithm()), "adagrad");
+}
+
+}  // namespace

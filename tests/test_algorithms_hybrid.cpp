@@ -1,0 +1,198 @@
+// SGD, Lion and Adagrad through the HybridOptimizer: offloaded groups give bitwise what
+// local ones give, checkpoints resume bitwise and refuse another algorithm's state.
+#include <variant>
+
+#include "algorithm_world.hpp"
+#include "test_support.hpp"
+
+namespace {
+
+using namespace kopt_test;
+using kopt::DType;
+
+// Two groups of each algorithm, between them every switch that changes the state kept.
+std::vector<std::vector<kopt::AlgorithmConfig>> algorithms() {
+  return {
+      {kopt::SgdConfig{.lr = 0.05, .momentum = 0.9, .nesterov = true},
+       kopt::SgdConfig{.lr = 0.1, .momentum = 0.5, .dampening = 0.2, .weight_decay = 0.01}},
+      {kopt::SgdConfig{.lr = 0.1}, kopt::SgdConfig{.lr = 0.05, .weight_decay = 0.1}},  // no state
+      {kopt::LionConfig{.lr = 1e-3, .weight_decay = 0.1},
+       kopt::LionConfig{.lr = 3e-4, .beta1 = 0.95, .beta2 = 0.98, .maximize = true}},
+      {kopt::AdagradConfig{.lr = 0.05, .lr_decay = 0.01, .initial_accumulator_value = 0.1},
+       kopt::AdagradConfig{.weight_decay = 0.05, .eps = 1e-6, .maximize = true}},
+  };
+}
+
+std::string describe(const std::vector<kopt::AlgorithmConfig>& configs) {
+  std::string s = kopt::algorithm_name(configs[0]);
+  if (const auto* sgd = std::get_if<kopt::SgdConfig>(&configs[0])) {
+    s += sgd->momentum == 0 ? " without momentum" : " with momentum";
+  }
+  return s;
+}
+
+// f32, bf16 and f16 params (sizes 1, 13, 1000, 8199) in both groups.
+std::vector<ParamDef> defs() { return mixed_defs(2); }
+
+void expect_same_params(AlgorithmWorld& a, AlgorithmWorld& b) {
+  for (std::size_t j = 0; j < a.defs.size(); ++j) {
+    EXPECT_EQ(a.params[j].get(), b.params[j].get()) << a.name(j);
+    EXPECT_EQ(a.opt->step_count(a.name(j)), b.opt->step_count(b.name(j))) << a.name(j);
+  }
+}
+
+void expect_same_state(AlgorithmWorld& a, AlgorithmWorld& b) {
+  const auto sa = saved_params(*a.opt), sb = saved_params(*b.opt);
+  ASSERT_EQ(sa.size(), a.defs.size());
+  for (const auto& [name, s] : sa) {
+    ASSERT_TRUE(sb.count(name)) << name;
+    EXPECT_TRUE(s == sb.at(name)) << name << ": state differs";
+  }
+}
+
+// A schedule: group g's lr times f, whatever its algorithm.
+void scale_lr(kopt::HybridOptimizer::Group g, double f) {
+  std::visit([&](const auto& c) { g.config<std::decay_t<decltype(c)>>().lr *= f; }, g.algorithm());
+}
+
+kopt::HybridOptions clipped() {
+  kopt::HybridOptions options;
+  options.max_grad_norm = 5.0;  // the norm (~ 80) is clipped: the scale reaches the kernels
+  return options;
+}
+
+TEST(AlgorithmsHybrid, OffloadedGroupsMatchLocalGroupsBitwise) {
+  kopt::HybridOptions options = clipped();
+  options.offload.chunk_elements = 777;  // params cut into chunks, chunks across params
+  for (const auto& configs : algorithms()) {
+    SCOPED_TRACE(describe(configs));
+    AlgorithmWorld local(configs, defs(), options, 3);
+    AlgorithmWorld off(configs, defs(), options, 3, {true, true});
+    for (std::size_t j = 0; j < local.defs.size(); ++j) {
+      ASSERT_FALSE(local.opt->is_offloaded(local.name(j)));
+      ASSERT_TRUE(off.opt->is_offloaded(off.name(j)));
+    }
+    for (int s = 0; s < 20; ++s) {
+      if (s == 12)
+        for (AlgorithmWorld* w : {&local, &off}) scale_lr(w->opt->group(1), 0.5);
+      local.set_grads(s);
+      off.set_grads(s);
+      const kopt::StepStats a = local.opt->step(), b = off.opt->step();
+      EXPECT_EQ(a.grad_norm, b.grad_norm);
+      EXPECT_LT(a.clip_factor, 1.0);
+    }
+    expect_same_params(local, off);
+    expect_same_state(local, off);
+    // The state kept is not all zeros (two engines that never wrote it would compare equal),
+    // and none is kept where the algorithm keeps none (SGD without momentum, f32 params).
+    for (const auto& [name, s] : saved_params(*local.opt)) {
+      for (const auto& array : s.values)
+        EXPECT_NE(array, std::vector<std::uint32_t>(array.size(), 0u)) << name;
+      EXPECT_EQ(s.step, 20);
+      EXPECT_EQ(s.arrays, kopt::Impl::arrays_of(configs[0])) << name;
+    }
+  }
+}
+
+// Train 10 steps (an lr schedule on the way), save, train 10 more; a fresh optimizer with
+// the other placement, given the weights at the save, loads and trains the same 10 steps:
+// bitwise the same params and state.
+TEST(AlgorithmsHybrid, SaveAndLoadResumeBitwise) {
+  for (const auto& configs : algorithms()) {
+    SCOPED_TRACE(describe(configs));
+    TempDir dir;
+    AlgorithmWorld a(configs, defs(), clipped(), 4, {false, true});
+    a.train(0, 5);
+    scale_lr(a.opt->group(0), 0.5);  // the file carries it; b's constructor does not
+    a.train(5, 5);
+    a.opt->save(dir.str("ckpt"));
+    const auto weights = a.all_params();
+    a.train(10, 10);
+    AlgorithmWorld b(configs, defs(), clipped(), 4, {true, false});
+    for (std::size_t j = 0; j < b.defs.size(); ++j) b.params[j].set(weights[j]);
+    b.opt->load(dir.str("ckpt"));
+    for (std::size_t j = 0; j < b.defs.size(); ++j)
+      EXPECT_EQ(b.opt->step_count(b.name(j)), 10) << b.name(j);
+    b.train(10, 10);
+    expect_same_params(a, b);
+    expect_same_state(a, b);
+  }
+}
+
+// A checkpoint of one algorithm's group loaded into a group of another: refused naming
+// both, and the optimizer is as before (params, state, step counts, config).
+TEST(AlgorithmsHybrid, AnotherAlgorithmsCheckpointIsRefusedNamingBoth) {
+  const std::vector<kopt::AlgorithmConfig> all = {kopt::AdamConfig{},
+                                                  kopt::SgdConfig{.lr = 0.1, .momentum = 0.9},
+                                                  kopt::LionConfig{}, kopt::AdagradConfig{}};
+  const std::vector<ParamDef> two = {ParamDef{0, DType::f32, DType::f32, false, 13},
+                                     ParamDef{0, DType::bf16, DType::f32, false, 29}};
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    for (std::size_t k = 0; k < all.size(); ++k) {
+      if (k == i) continue;
+      const std::string saved = kopt::algorithm_name(all[i]),
+                        loading = kopt::algorithm_name(all[k]);
+      SCOPED_TRACE(saved + " loaded into " + loading);
+      TempDir dir;
+      AlgorithmWorld a({all[i]}, two, {}, 6);
+      a.train(0, 2);
+      a.opt->save(dir.str("ckpt"));
+      AlgorithmWorld b({all[k]}, two, {}, 6);
+      b.train(0, 1);
+      const auto params = b.all_params();
+      const auto state = saved_params(*b.opt);
+      for (const std::string& needle : {"saved by " + saved, "runs " + loading})
+        expect_error<kopt::CheckpointError>([&] { b.opt->load(dir.str("ckpt")); }, needle);
+      EXPECT_EQ(b.all_params(), params);
+      EXPECT_TRUE(saved_params(*b.opt) == state);
+      EXPECT_EQ(b.opt->group(0).algorithm(), all[k]);
+    }
+  }
+}
+
+// A schedule that switches a state array off and on again (SGD's momentum to 0 and back,
+// Adam's amsgrad off and on): the optimizer keeps the array meanwhile and uses it again, as
+// torch does, so a checkpoint saved while it is off must carry it for a bitwise resume.
+// DISABLED: fails today. save() writes only the arrays the current config keeps
+// (src/checkpoint.cpp, `arrays = Impl::arrays_of(groups_[g].algorithm())`), so the resumed
+// run restarts the momentum buffer / amsgrad max from zero.
+TEST(AlgorithmsHybrid, DISABLED_SaveWhileAStateArrayIsSwitchedOffResumesBitwise) {
+  const auto switch_on = [](kopt::HybridOptimizer::Group g, bool on) {
+    if (std::holds_alternative<kopt::SgdConfig>(g.algorithm()))
+      g.config<kopt::SgdConfig>().momentum = on ? 0.9 : 0.0;
+    else
+      g.config().amsgrad = on;
+  };
+  // Grads 100 times smaller after the first 3 steps: the amsgrad max of those steps stays
+  // the max, and is what a resume that lost it gets wrong.
+  const auto train = [](AlgorithmWorld& w, int first, int steps) {
+    for (int s = first; s < first + steps; ++s) {
+      w.set_grads(s, s < 3 ? 1.0 : 0.01);
+      w.opt->step();
+    }
+  };
+  for (const kopt::AlgorithmConfig config :
+       {kopt::AlgorithmConfig(kopt::SgdConfig{.lr = 0.05, .momentum = 0.9}),
+        kopt::AlgorithmConfig(kopt::AdamConfig{.lr = 1e-2, .amsgrad = true})}) {
+    SCOPED_TRACE(kopt::algorithm_name(config));
+    TempDir dir;
+    std::vector<ParamDef> one_group = defs();
+    for (ParamDef& d : one_group) d.group = 0;
+    AlgorithmWorld a({config}, one_group, {}, 9);
+    train(a, 0, 3);
+    switch_on(a.opt->group(0), false);
+    train(a, 3, 1);
+    a.opt->save(dir.str("ckpt"));
+    const auto weights = a.all_params();
+    AlgorithmWorld b({config}, one_group, {}, 9);
+    for (std::size_t j = 0; j < b.defs.size(); ++j) b.params[j].set(weights[j]);
+    b.opt->load(dir.str("ckpt"));
+    for (AlgorithmWorld* w : {&a, &b}) {
+      switch_on(w->opt->group(0), true);
+      train(*w, 4, 3);
+    }
+    expect_same_params(a, b);
+  }
+}
+
+}  // namespace
