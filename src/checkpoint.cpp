@@ -101,7 +101,8 @@ void HybridOptimizer::save(const std::string& path) {
     for (std::size_t g = 0; g < groups_.size(); ++g)
       for (const ParamSpec& p : groups_[g].params()) {
         const Placement& at = find_(p.name);
-        const auto arrays = static_cast<std::uint8_t>(Impl::arrays_of(groups_[g].algorithm()));
+        const auto arrays =
+            static_cast<std::uint8_t>(held_arrays_[g] | Impl::arrays_of(groups_[g].algorithm()));
         const bool has_master = p.param.dtype != DType::f32;
         index.params.push_back(Impl::IndexParam{p.name, static_cast<std::uint32_t>(g),
                                                 p.param.dtype, global_numel(p.param),
@@ -112,7 +113,7 @@ void HybridOptimizer::save(const std::string& path) {
                                piece.global_offset, piece.numel, rank};
         // Streamed from the engine a span at a time (an array it does not keep yet, e.g.
         // the amsgrad max switched on since the last step, reads as the zeros it would
-        // start from).
+        // start from; one switched off since keeps its values, and they are saved).
         writer.append(*engines_[at.engine], p.name, piece.numel,
                       Impl::block_arrays(arrays, has_master), block);
         blocks.push_back(block);
@@ -174,6 +175,7 @@ void HybridOptimizer::load(const std::string& path, const LoadOptions& options) 
   std::vector<AlgorithmConfig> configs(groups_.size());
   std::vector<bool> config_found(groups_.size(), false);
   std::vector<std::int64_t> steps(where_.size(), -1);  // -1: not in the file
+  std::vector<unsigned> arrays(groups_.size(), 0);     // per group: those the file holds
   // The local pieces to read, checked now and applied once every rank checked its own.
   struct Piece {
     std::uint32_t in_file;
@@ -220,6 +222,7 @@ void HybridOptimizer::load(const std::string& path, const LoadOptions& options) 
                                     << "configs ('" << p.name << "' and an earlier one)");
         configs[g] = saved;
         config_found[g] = true;
+        arrays[g] |= q.arrays;
         steps[at.ordinal] = q.step;
         if (at.engine == kNone) continue;
         const Tensor piece = shards_->local_param(at.ordinal);
@@ -254,9 +257,17 @@ void HybridOptimizer::load(const std::string& path, const LoadOptions& options) 
   // (still open: a later save's clean-up cannot take them away): only an I/O or backend
   // error can stop that half-way, and then the optimizer says so instead of running on a
   // mix of states.
+  // The engines keep every array the file holds (a group's config may have switched one
+  // off since it was saved: it keeps its values until switched on again).
+  for (std::size_t e = 0; e < engines_.size(); ++e) {
+    unsigned held = 0;
+    for (std::size_t g = 0; g < groups_.size(); ++g)
+      if (engine_group_[e][g] != kNone) held |= arrays[g];
+    engines_[e]->keep_state_arrays(held);
+  }
   for (const auto& engine : engines_) engine->prepare_step();
   try {
-    apply_loaded_(configs, config_found, steps);
+    apply_loaded_(configs, config_found, steps, arrays);
     for (const Piece& q : pieces)
       reader.apply(q.in_file, q.offset, q.numel, *engines_[q.engine], *q.name);
   } catch (...) {
@@ -271,9 +282,12 @@ void HybridOptimizer::load(const std::string& path, const LoadOptions& options) 
 
 void HybridOptimizer::apply_loaded_(const std::vector<AlgorithmConfig>& configs,
                                     const std::vector<bool>& config_found,
-                                    const std::vector<std::int64_t>& steps) {
-  for (std::size_t g = 0; g < groups_.size(); ++g)
+                                    const std::vector<std::int64_t>& steps,
+                                    const std::vector<unsigned>& arrays) {
+  for (std::size_t g = 0; g < groups_.size(); ++g) {
     if (config_found[g]) groups_[g].set_algorithm(configs[g]);  // the same algorithm (checked)
+    held_arrays_[g] |= arrays[g];
+  }
   for (std::size_t e = 0; e < engines_.size(); ++e)
     for (std::size_t g = 0; g < groups_.size(); ++g)
       if (engine_group_[e][g] != kNone)

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <kopt/error.hpp>
 #include <kopt/impl/checkpoint_format.hpp>
+#include <kopt/impl/policies.hpp>
 #include <limits>
 #include <numeric>
 #include <string_view>
@@ -49,11 +50,16 @@ void check_params(const Index& index, const std::string& file) {
                      who << ": has_master = " << p.has_master << " for "
                          << (p.dtype == DType::f32 ? "an f32 param (it has no master)"
                                                    : "a 16-bit param (it has an fp32 master)"));
+    // Every array the group's config uses, and any other of its algorithm's (one the
+    // config has switched off since a step used it, which keeps its values).
     const AlgorithmConfig& group = index.groups[p.group];
-    const unsigned arrays = arrays_of(group);
-    KOPT_THROW_IF_AS(CheckpointError, p.arrays != arrays,
+    const unsigned used = arrays_of(group);
+    const unsigned all = visit_policy(
+        group.index(), [](auto policy) { return (1u << decltype(policy)::num_arrays) - 1u; });
+    KOPT_THROW_IF_AS(CheckpointError, (p.arrays & used) != used || (p.arrays & ~all) != 0,
                      who << ": arrays = " << int{p.arrays} << " in group " << p.group << " of "
-                         << algorithm_name(group) << ", whose config keeps arrays " << arrays);
+                         << algorithm_name(group) << ", whose config uses arrays " << used
+                         << " of its " << all);
   }
 }
 

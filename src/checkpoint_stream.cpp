@@ -110,6 +110,19 @@ void StateReader::apply(std::uint32_t param, std::int64_t offset, std::int64_t n
   const IndexParam& p = index_.params[param];
   const std::array<bool, 4> arrays = block_arrays(p.arrays, p.has_master);
   const std::int64_t per_span = span_floats;
+  // An array the engine keeps and the file does not hold (the param was saved before its
+  // group used it) is the zeros it would start from, whatever it held before the load.
+  for (std::size_t a = 0; a < kMaster; ++a) {
+    if (arrays[a]) continue;
+    for (std::int64_t at = 0; at < n; at += per_span) {
+      const std::int64_t count = std::min(per_span, n - at);
+      if (zeros_.size() < static_cast<std::size_t>(count))
+        zeros_.assign(static_cast<std::size_t>(count), 0.0f);
+      StateSpan<const float> span{at, count, {}};
+      span.arrays[a] = zeros_.data();
+      engine.write_state(name, span);  // ignored where the engine does not keep the array
+    }
+  }
   for (std::size_t k = index_.first_block[param]; k < index_.first_block[param + 1]; ++k) {
     const IndexBlock& b = index_.blocks[k];
     const std::int64_t lo = std::max(offset, b.global_offset);

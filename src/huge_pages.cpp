@@ -14,7 +14,11 @@ void advise_huge_pages([[maybe_unused]] void* data, [[maybe_unused]] std::size_t
   const auto end = (reinterpret_cast<std::uintptr_t>(data) + bytes) & ~(page - 1);
   if (end <= begin) return;
   // A hint: a failure (THP compiled out, an old kernel) changes nothing kopt relies on.
-  (void)madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
+  if (madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE) != 0) return;
+  // Small pages already behind the range (reused heap memory) stay small until dropped: the
+  // range is ours and its contents are still undefined, so they go. Measured in the test
+  // suite's process: 16 MiB state arrays from reused heap had no huge page without this.
+  (void)madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
 #endif
 }
 

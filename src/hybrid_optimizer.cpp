@@ -123,6 +123,7 @@ HybridOptimizer::HybridOptimizer(std::vector<ParamGroup> groups, const HybridOpt
     where_.emplace(p.name, Placement{e, item.group, item.offloaded, ordinal});
   }
   steps_.assign(pending.size(), 0);
+  held_arrays_.assign(groups_.size(), 0);
 }
 
 HybridOptimizer::~HybridOptimizer() = default;
@@ -170,6 +171,10 @@ StepStats HybridOptimizer::step() {
       if (engine_group_[e][g] != kNone)
         engines_[e]->set_config(engine_group_[e][g], groups_[g].algorithm());
   for (const auto& engine : engines_) engine->prepare_step();
+  // An array a group's config switches off later keeps its values (the engines keep it),
+  // and checkpoints save it (torch keeps such a state entry too).
+  for (std::size_t g = 0; g < groups_.size(); ++g)
+    held_arrays_[g] |= Impl::arrays_of(groups_[g].algorithm());
 
   const double scale = scaler_ ? scaler_->scale() : 1.0;
   StepStats stats{std::numeric_limits<double>::quiet_NaN(), 1.0, false, scale};

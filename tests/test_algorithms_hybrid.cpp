@@ -150,48 +150,86 @@ TEST(AlgorithmsHybrid, AnotherAlgorithmsCheckpointIsRefusedNamingBoth) {
   }
 }
 
-// A schedule that switches a state array off and on again (SGD's momentum to 0 and back,
-// Adam's amsgrad off and on): the optimizer keeps the array meanwhile and uses it again, as
-// torch does, so a checkpoint saved while it is off must carry it for a bitwise resume.
-// DISABLED: fails today. save() writes only the arrays the current config keeps
-// (src/checkpoint.cpp, `arrays = Impl::arrays_of(groups_[g].algorithm())`), so the resumed
-// run restarts the momentum buffer / amsgrad max from zero.
-TEST(AlgorithmsHybrid, DISABLED_SaveWhileAStateArrayIsSwitchedOffResumesBitwise) {
-  const auto switch_on = [](kopt::HybridOptimizer::Group g, bool on) {
-    if (std::holds_alternative<kopt::SgdConfig>(g.algorithm()))
-      g.config<kopt::SgdConfig>().momentum = on ? 0.9 : 0.0;
-    else
-      g.config().amsgrad = on;
-  };
-  // Grads 100 times smaller after the first 3 steps: the amsgrad max of those steps stays
-  // the max, and is what a resume that lost it gets wrong.
-  const auto train = [](AlgorithmWorld& w, int first, int steps) {
-    for (int s = first; s < first + steps; ++s) {
-      w.set_grads(s, s < 3 ? 1.0 : 0.01);
-      w.opt->step();
+// Switches the array a config can turn off (SGD's momentum buffer, Adam's amsgrad max) on or off.
+void switch_array(kopt::HybridOptimizer::Group g, bool on) {
+  if (std::holds_alternative<kopt::SgdConfig>(g.algorithm()))
+    g.config<kopt::SgdConfig>().momentum = on ? 0.9 : 0.0;
+  else
+    g.config().amsgrad = on;
+}
+
+// Grads 100 times smaller after the first 3 steps: an amsgrad max of those steps stays the
+// max, and is what a run that lost it (or kept a stale one) gets wrong.
+void train_decaying(AlgorithmWorld& w, int first, int steps) {
+  for (int s = first; s < first + steps; ++s) {
+    w.set_grads(s, s < 3 ? 1.0 : 0.01);
+    w.opt->step();
+  }
+}
+
+std::vector<kopt::AlgorithmConfig> switchable() {
+  return {kopt::SgdConfig{.lr = 0.05, .momentum = 0.9},
+          kopt::AdamConfig{.lr = 1e-2, .amsgrad = true}};
+}
+
+std::vector<ParamDef> one_group() {
+  std::vector<ParamDef> d = defs();
+  for (ParamDef& p : d) p.group = 0;
+  return d;
+}
+
+// A schedule that switches a state array off and on again: the optimizer keeps the array
+// meanwhile and uses it again, as torch does, so a checkpoint saved while it is off carries
+// it (local and offloaded, either way round) for a bitwise resume.
+TEST(AlgorithmsHybrid, SaveWhileAStateArrayIsSwitchedOffResumesBitwise) {
+  for (const kopt::AlgorithmConfig& config : switchable()) {
+    for (const bool offloaded : {false, true}) {
+      SCOPED_TRACE(std::string(kopt::algorithm_name(config)) + (offloaded ? ", offloaded" : ""));
+      TempDir dir;
+      AlgorithmWorld a({config}, one_group(), {}, 9, {offloaded});
+      train_decaying(a, 0, 3);
+      switch_array(a.opt->group(0), false);
+      train_decaying(a, 3, 1);
+      a.opt->save(dir.str("ckpt"));
+      for (const auto& [name, s] : saved_params(*a.opt))  // the array switched off is in it
+        EXPECT_EQ(s.arrays, kopt::Impl::arrays_of(config)) << name;
+      const auto weights = a.all_params();
+      AlgorithmWorld b({config}, one_group(), {}, 9, {!offloaded});
+      for (std::size_t j = 0; j < b.defs.size(); ++j) b.params[j].set(weights[j]);
+      b.opt->load(dir.str("ckpt"));
+      for (AlgorithmWorld* w : {&a, &b}) {
+        switch_array(w->opt->group(0), true);
+        train_decaying(*w, 4, 3);
+      }
+      expect_same_params(a, b);
+      expect_same_state(a, b);
     }
-  };
-  for (const kopt::AlgorithmConfig config :
-       {kopt::AlgorithmConfig(kopt::SgdConfig{.lr = 0.05, .momentum = 0.9}),
-        kopt::AlgorithmConfig(kopt::AdamConfig{.lr = 1e-2, .amsgrad = true})}) {
-    SCOPED_TRACE(kopt::algorithm_name(config));
-    TempDir dir;
-    std::vector<ParamDef> one_group = defs();
-    for (ParamDef& d : one_group) d.group = 0;
-    AlgorithmWorld a({config}, one_group, {}, 9);
-    train(a, 0, 3);
-    switch_on(a.opt->group(0), false);
-    train(a, 3, 1);
-    a.opt->save(dir.str("ckpt"));
-    const auto weights = a.all_params();
-    AlgorithmWorld b({config}, one_group, {}, 9);
-    for (std::size_t j = 0; j < b.defs.size(); ++j) b.params[j].set(weights[j]);
-    b.opt->load(dir.str("ckpt"));
-    for (AlgorithmWorld* w : {&a, &b}) {
-      switch_on(w->opt->group(0), true);
-      train(*w, 4, 3);
+  }
+}
+
+// A checkpoint whose group never used an array, loaded into an optimizer that has used it:
+// the array loads as the zeros it starts from, not as the values the optimizer held.
+TEST(AlgorithmsHybrid, AnArrayTheFileDoesNotHoldLoadsAsZeros) {
+  for (const kopt::AlgorithmConfig& config : switchable()) {
+    for (const bool offloaded : {false, true}) {
+      SCOPED_TRACE(std::string(kopt::algorithm_name(config)) + (offloaded ? ", offloaded" : ""));
+      TempDir dir;
+      AlgorithmWorld a({config}, one_group(), {}, 9, {offloaded});
+      switch_array(a.opt->group(0), false);
+      train_decaying(a, 0, 4);
+      a.opt->save(dir.str("ckpt"));
+      const auto weights = a.all_params();
+      AlgorithmWorld b({config}, one_group(), {}, 9, {offloaded});
+      train_decaying(b, 0, 3);  // the array holds something
+      for (std::size_t j = 0; j < b.defs.size(); ++j) b.params[j].set(weights[j]);
+      b.opt->load(dir.str("ckpt"));
+      for (AlgorithmWorld* w : {&a, &b}) {
+        switch_array(w->opt->group(0), true);
+        train_decaying(*w, 4, 3);
+      }
+      expect_same_params(a, b);
+      expect_same_state(a, b);
     }
-    expect_same_params(a, b);
   }
 }
 

@@ -159,17 +159,17 @@ std::vector<Lie> lies() {
          c.drop_blocks("p3");
          c.append("p3", 0, 8199, c.slice(b, 0, 8199, 2));
        },
-       "'p3': arrays = 3 in group 1 of adam, whose config keeps arrays 7"},
-      {"a max in a group without amsgrad",
+       "'p3': arrays = 3 in group 1 of adam, whose config uses arrays 7 of its 7"},
+      {"an array Adam does not have",
        [](Crafted& c) {
          const IndexBlock b = c.block("p4");
-         c.index.params[c.param("p4")].arrays = 7;
+         c.index.params[c.param("p4")].arrays = 11;  // m, v and a fourth
          c.drop_blocks("p4");
          Bytes bytes = c.slice(b, 0, 13, 2);
          bytes.resize(bytes.size() + 13 * 4, 0);
          c.append("p4", 0, 13, bytes);
        },
-       "'p4': arrays = 7 in group 0 of adam, whose config keeps arrays 3"},
+       "'p4': arrays = 11 in group 0 of adam, whose config uses arrays 3 of its 7"},
       // Step counts and the loss scaler.
       {"step INT64_MAX", [](Crafted& c) { c.index.params[c.param("p0")].step = i64_max; },
        "'p0': step count"},

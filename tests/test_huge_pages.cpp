@@ -66,11 +66,23 @@ long thp_fallbacks() {
 
 TEST(HugePages, FusedAndOffloadStateSitOnHugePages) {
   if (!huge_pages_available()) GTEST_SKIP() << "transparent huge pages are off here";
-  // glibc raises its mmap threshold after large frees, so in a long test process a 16 MiB
-  // array may come from heap pages an earlier test already faulted in as small pages (the
-  // advice cannot change those). A fixed threshold makes every large array a fresh mapping,
-  // as it is in a training process's first allocation of its state.
-  mallopt(M_MMAP_THRESHOLD, 1 << 20);
+  // The hard case, as in a long training process: the state arrays come from heap memory an
+  // earlier allocation already faulted in as small pages (glibc raises its mmap threshold
+  // after large frees, and serves large requests from free heap first). Made certain here:
+  // 256 MiB of heap touched and freed, neither mapped apart nor trimmed. The advice alone
+  // left such pages small (the whole-suite run at 1 and 4 threads failed this test).
+  mallopt(M_MMAP_THRESHOLD, 512 << 20);
+  mallopt(M_TRIM_THRESHOLD, 1024 << 20);
+  struct Restore {  // glibc's defaults, for the tests after this one
+    ~Restore() {
+      mallopt(M_MMAP_THRESHOLD, 128 << 10);
+      mallopt(M_TRIM_THRESHOLD, 128 << 10);
+    }
+  } restore;
+  {
+    std::vector<char> touched(std::size_t{256} << 20, 1);
+    ASSERT_EQ(touched[touched.size() / 2], 1);
+  }
   const std::int64_t n = std::int64_t{1} << 22;  // 16 MiB per state array
   std::vector<float> param(static_cast<std::size_t>(n), 0.5f), grad(param.size(), 0.25f);
   using Exec = Kokkos::DefaultHostExecutionSpace;

@@ -1,5 +1,5 @@
 #pragma once
-/// ile
+/// \file
 /// kopt::AdagradConfig: Adagrad (Duchi et al. 2011) as torch.optim.Adagrad.
 
 #include <kopt/impl/config_checks.hpp>

@@ -123,6 +123,12 @@ class FusedOptimizer {
   /// kopt::max_step_count]) and flags its master to be reconciled with the param at its
   /// next update (the param's weights may be written before or after).
   void commit_state(const std::string& name, std::int64_t step);
+  /// Keeps the policy's arrays in `arrays` (bit k: Policy::array_names[k]) for every param
+  /// from the next allocation on, whether or not a group's config uses them, so that
+  /// write_state() can restore an array a config has switched off (it keeps its values
+  /// until a config switches it on again, as torch keeps a state entry). Bits beyond the
+  /// policy's arrays are an InvalidArgument.
+  void keep_state_arrays(unsigned arrays);
   /// Bytes of optimizer state this engine holds in its memory space.
   std::size_t state_bytes() const;
   const ExecSpace& exec() const { return exec_; }

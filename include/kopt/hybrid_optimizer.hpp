@@ -154,9 +154,11 @@ class HybridOptimizer {
   /// Throws kopt::InconsistentState naming `call` after a step that failed part-way.
   void check_consistent_(const char* call) const;
   StepStats skip_(StepStats stats);  ///< a step skipped whole (non-finite grads)
-  /// load()'s second half, before the states: puts checked configs and step counts in place.
+  /// load()'s second half, before the states: puts checked configs, step counts and the
+  /// arrays each group holds in place.
   void apply_loaded_(const std::vector<AlgorithmConfig>& configs,
-                     const std::vector<bool>& config_found, const std::vector<std::int64_t>& steps);
+                     const std::vector<bool>& config_found, const std::vector<std::int64_t>& steps,
+                     const std::vector<unsigned>& arrays);
   Communicator& world_();  ///< the sharding communicator, or a world of one
 
   std::vector<ParamGroup> groups_;
@@ -172,6 +174,9 @@ class HybridOptimizer {
   std::unique_ptr<Impl::ShardStrategy> shards_;
   /// Per ordinal: completed updates (the engines count too; a sharded rank may hold no piece).
   std::vector<std::int64_t> steps_;
+  /// Per group: the state arrays (bit k: its algorithm's array k) it has used in a step or
+  /// loaded from a checkpoint; save() writes these and those its config uses now.
+  std::vector<unsigned> held_arrays_;
   std::string failed_step_;  ///< why the state may be partly updated; empty: it is not
   /// False in a moved-from optimizer, which refuses step(), save() (it would replace a
   /// checkpoint with an empty one), load() and reload_model_params().

@@ -1,5 +1,5 @@
 #pragma once
-/// ile
+/// \file
 /// kopt::LionConfig: Lion (Chen et al. 2023, "Symbolic Discovery of Optimization
 /// Algorithms"), the sign of an interpolated momentum, with decoupled decay.
 

@@ -1,5 +1,5 @@
 #pragma once
-/// ile
+/// \file
 /// kopt::SgdConfig: stochastic gradient descent with momentum, dampening, Nesterov
 /// momentum, L2 weight decay and maximize, as torch.optim.SGD.
 

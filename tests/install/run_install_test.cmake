@@ -11,6 +11,8 @@ file(REMOVE_RECURSE ${PREFIX} ${CONSUMER_BUILD})
 run(${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${PREFIX})
 string(REPLACE ";" "\\;" deps "${DEPS_PREFIX_PATH}")
 run(${CMAKE_COMMAND} -S ${CONSUMER_SOURCE} -B ${CONSUMER_BUILD} -G ${GENERATOR}
-    -DCMAKE_CXX_COMPILER=${CXX_COMPILER} "-DCMAKE_PREFIX_PATH=${PREFIX}\;${deps}")
+    -DCMAKE_CXX_COMPILER=${CXX_COMPILER} "-DCMAKE_PREFIX_PATH=${PREFIX}\;${deps}"
+    # A consumer needs no Kokkos Kernels (kopt's tests do): hidden, it must still link.
+    -DCMAKE_DISABLE_FIND_PACKAGE_KokkosKernels=ON)
 run(${CMAKE_COMMAND} --build ${CONSUMER_BUILD})
 run(${CONSUMER_BUILD}/kopt_consumer)

@@ -42,7 +42,8 @@ class StateReader {
   void check(std::uint32_t param, std::int64_t offset, std::int64_t n);
   /// Writes those elements into `engine`'s param `name` (its piece: element `offset` of the
   /// file param is its element 0), every array the file holds, then commit_state with the
-  /// file's step count. Only after check() of the same range.
+  /// file's step count; arrays of the algorithm the file does not hold for it get zeros.
+  /// Only after check() of the same range.
   void apply(std::uint32_t param, std::int64_t offset, std::int64_t n, Engine& engine,
              const std::string& name);
 
@@ -57,6 +58,7 @@ class StateReader {
   std::uint32_t window_rank_ = 0;
   std::uint64_t window_offset_ = 0, window_bytes_ = 0;
   std::vector<float> span_;
+  std::vector<float> zeros_;  ///< one span of zeros, for arrays the file does not hold
 };
 
 }  // namespace kopt::Impl

@@ -58,6 +58,9 @@ class Engine {
   /// After write_state of its spans: the step count of `name`, and its master flagged to be
   /// reconciled with the param at its next update (weights may be loaded before or after).
   virtual void commit_state(const std::string& name, std::int64_t step) = 0;
+  /// Keeps the algorithm's state arrays in `arrays` (bit k: array k) from the next
+  /// prepare_step() on, whatever the configs say (FusedOptimizer::keep_state_arrays).
+  virtual void keep_state_arrays(unsigned arrays) = 0;
   /// The execution space that serves the params' memory: "OpenMP", "Cuda", ...
   virtual const char* space_name() const = 0;
   /// The execution space whose memory holds the optimizer state (the host's for offload).
@@ -108,6 +111,7 @@ class EngineFor final : public Engine {
   void fence() override { Impl::fence(opt_.exec(), "kopt::HybridOptimizer::fence"); }
   std::int64_t step_count(const std::string& name) const override { return opt_.step_count(name); }
   std::size_t state_bytes() const override { return opt_.state_bytes(); }
+  void keep_state_arrays(unsigned arrays) override { opt_.keep_state_arrays(arrays); }
   const char* space_name() const override { return ExecSpace::name(); }
   void read_state(const std::string& name, const StateSpan<float>& out) override {
     opt_.read_state(name, out.offset, out.count, out.arrays);

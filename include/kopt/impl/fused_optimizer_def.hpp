@@ -407,6 +407,14 @@ void FusedOptimizer<ExecSpace, Policy>::commit_state(const std::string& name, st
 }
 
 template <class ExecSpace, class Policy>
+void FusedOptimizer<ExecSpace, Policy>::keep_state_arrays(unsigned arrays) {
+  KOPT_THROW_IF((arrays >> Policy::num_arrays) != 0,
+                label_ << ": keep_state_arrays(" << arrays << "): " << Policy::name << " has "
+                       << Policy::num_arrays << " state arrays");
+  registry_.hold_arrays(arrays);
+}
+
+template <class ExecSpace, class Policy>
 std::size_t FusedOptimizer<ExecSpace, Policy>::state_bytes() const {
   std::size_t floats = master_.span();
   for (const FloatView& a : state_) floats += a.span();

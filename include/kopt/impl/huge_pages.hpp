@@ -10,9 +10,12 @@
 
 namespace kopt::Impl {
 
-/// Asks the kernel to back [data, data + bytes) with huge pages, on Linux, before the range
-/// is first touched (a hint: where THP is off, or on other systems, nothing happens). Only
-/// the whole 4 KiB pages inside the range are advised; ranges under 2 MiB are left alone.
+/// Asks the kernel to back [data, data + bytes), a fresh allocation whose contents do not
+/// matter yet, with huge pages, on Linux (a hint: where THP is off, or on other systems,
+/// nothing happens). Only the whole 4 KiB pages inside the range are advised; ranges under
+/// 2 MiB are left alone. Those pages are also given back (MADV_DONTNEED: they read as zeros
+/// until written): malloc may hand out heap memory an earlier allocation already faulted in
+/// as small pages, which the advice alone cannot change; their next touch faults huge ones.
 void advise_huge_pages(void* data, std::size_t bytes) noexcept;
 
 }  // namespace kopt::Impl

@@ -53,6 +53,10 @@ class ParamRegistry {
   void rebind(const std::string& name, const Tensor& param, const Tensor& grad);
   /// Validates every group's config; throws naming the group on the first bad one.
   void validate_configs() const;
+  /// State arrays (bit k: the algorithm's array k) the engine keeps from now on whatever
+  /// the configs say: a checkpoint restores an array a config has switched off since.
+  void hold_arrays(unsigned arrays) { held_ |= arrays; }
+  unsigned held_arrays() const { return held_; }
   /// Changes whenever a param is added or an entry's param or grad tensor changes (set_grad
   /// and rebind with other memory): engines keep their step plans while it stays the same.
   std::uint64_t version() const { return version_; }
@@ -106,12 +110,14 @@ class ParamRegistry {
   std::size_t laid_out_ = 0;
   std::size_t first_new_ = 0;
   std::uint64_t version_ = 0;
+  unsigned held_ = 0;             ///< see hold_arrays()
   std::int64_t total_elems_ = 0;  ///< padded numel of every entry, laid out or not
 };
 
-/// The state arrays the groups of `registry` keep (bit k: array k of their algorithm).
+/// The state arrays the groups of `registry` keep (bit k: array k of their algorithm), and
+/// those it was told to hold.
 inline unsigned arrays_needed(const ParamRegistry& registry) {
-  unsigned needed = 0;
+  unsigned needed = registry.held_arrays();
   for (std::size_t g = 0; g < registry.num_groups(); ++g) needed |= arrays_of(registry.config(g));
   return needed;
 }
