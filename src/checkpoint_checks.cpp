@@ -7,7 +7,6 @@
 #include <cmath>
 #include <kopt/error.hpp>
 #include <kopt/impl/checkpoint_format.hpp>
-#include <kopt/impl/policies.hpp>
 #include <limits>
 #include <numeric>
 #include <string_view>
@@ -54,8 +53,8 @@ void check_params(const Index& index, const std::string& file) {
     // config has switched off since a step used it, which keeps its values).
     const AlgorithmConfig& group = index.groups[p.group];
     const unsigned used = arrays_of(group);
-    const unsigned all = visit_policy(
-        group.index(), [](auto policy) { return (1u << decltype(policy)::num_arrays) - 1u; });
+    const unsigned all =
+        std::visit([](const auto& c) { return (1u << c.state_array_names.size()) - 1u; }, group);
     KOPT_THROW_IF_AS(CheckpointError, (p.arrays & used) != used || (p.arrays & ~all) != 0,
                      who << ": arrays = " << int{p.arrays} << " in group " << p.group << " of "
                          << algorithm_name(group) << ", whose config uses arrays " << used

@@ -48,6 +48,8 @@ struct AdagradConfig {
     f("initial_accumulator_value", initial_accumulator_value), f("eps", eps);
     f("maximize", maximize);
   }
+  /// Adagrad's per-element state arrays, in order, as torch's state_dict names them.
+  static constexpr std::array<const char*, 1> state_array_names{"sum"};
   /// The state arrays a param of this group keeps (bit k: array k): sum.
   unsigned state_arrays() const { return 1u; }
   bool operator==(const AdagradConfig&) const = default;

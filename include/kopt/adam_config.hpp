@@ -2,6 +2,7 @@
 /// \file
 /// kopt::AdamConfig: one parameter group's Adam/AdamW hyperparameters.
 
+#include <array>
 #include <cstdint>
 
 namespace kopt {
@@ -45,6 +46,9 @@ struct AdamConfig {
   /// non-finite or out of range (lr >= 0, 0 <= beta < 1, eps > 0, weight_decay >= 0).
   void validate() const;
 
+  /// Adam's per-element state arrays, in order, as torch's state_dict names them.
+  static constexpr std::array<const char*, 3> state_array_names{"exp_avg", "exp_avg_sq",
+                                                                "max_exp_avg_sq"};
   /// The state arrays a param of this group keeps (bit k: array k): exp_avg, exp_avg_sq, and
   /// max_exp_avg_sq with amsgrad.
   unsigned state_arrays() const { return amsgrad ? 7u : 3u; }

@@ -9,6 +9,7 @@
 #include <Kokkos_Core.hpp>
 #include <cstdint>
 #include <kopt/grad_norm.hpp>
+#include <kopt/impl/engine_state.hpp>
 #include <kopt/impl/param_registry.hpp>
 #include <kopt/impl/policies.hpp>
 #include <kopt/impl/state_arrays.hpp>
@@ -136,11 +137,7 @@ class FusedOptimizer {
  private:
   using FloatView = Kokkos::View<float*, memory_space>;
   using Scalars = typename Policy::Scalars;
-  struct ClassKey {
-    DType param, grad;
-    int variant;
-    bool operator==(const ClassKey&) const = default;
-  };
+  using ClassKey = Impl::ClassKey;
   struct KernelClass {
     ClassKey key;
     Kokkos::View<Impl::Chunk*, memory_space> chunks;
@@ -152,15 +149,12 @@ class FusedOptimizer {
   void fill_slots_();
   void build_sync_(const std::vector<std::size_t>& entries);
   FloatView synced_master_(const Impl::ParamEntry& e);
-  std::size_t span_of_(const std::string& name, std::int64_t offset, std::int64_t count,
-                       const char* call) const;
   void build_classes_(const std::vector<int>& signature, const std::vector<ClassKey>& keys);
 
   ExecSpace exec_;
   std::string label_;
   Impl::ParamRegistry registry_;
-  std::array<FloatView, Policy::num_arrays> state_;  ///< Policy::array_names
-  FloatView master_;
+  Impl::EngineState<memory_space, Policy> state_;  ///< the policy's arrays, 16-bit masters
   Kokkos::View<Impl::UpdateSlot*, memory_space> slots_;
   typename Kokkos::View<Impl::UpdateSlot*, memory_space>::HostMirror slots_host_;
   std::vector<int> signature_;  ///< per entry: kernel class + 1, or 0 if skipped

@@ -45,6 +45,8 @@ struct LionConfig {
     f("lr", lr), f("beta1", beta1), f("beta2", beta2), f("weight_decay", weight_decay);
     f("maximize", maximize);
   }
+  /// Lion's per-element state arrays, in order, as torch's state_dict names them.
+  static constexpr std::array<const char*, 1> state_array_names{"exp_avg"};
   /// The state arrays a param of this group keeps (bit k: array k): exp_avg.
   unsigned state_arrays() const { return 1u; }
   bool operator==(const LionConfig&) const = default;

@@ -50,6 +50,8 @@ struct SgdConfig {
     f("lr", lr), f("momentum", momentum), f("dampening", dampening);
     f("weight_decay", weight_decay), f("nesterov", nesterov), f("maximize", maximize);
   }
+  /// SGD's per-element state arrays, in order, as torch's state_dict names them.
+  static constexpr std::array<const char*, 1> state_array_names{"momentum_buffer"};
   /// The state arrays a param of this group keeps (bit k: array k): momentum_buffer, unless
   /// momentum is 0.
   unsigned state_arrays() const { return momentum == 0.0 ? 0u : 1u; }

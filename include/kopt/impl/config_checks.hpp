@@ -3,6 +3,7 @@
 /// The check every algorithm's config runs on its fields (no Kokkos: configs are read by
 /// host-only code such as the checkpoint parser).
 
+#include <array>
 #include <cmath>
 #include <kopt/error.hpp>
 

@@ -151,10 +151,6 @@ std::unique_ptr<Engine> make_offload_engine(MemorySpace space, DType dtype,
                                             const AlgorithmConfig& algorithm,
                                             const OffloadOptions& options);
 
-/// Copies `bytes` bytes between any two memory spaces this build has (blocks until done).
-void copy_bytes(void* dst, MemorySpace dst_space, const void* src, MemorySpace src_space,
-                std::size_t bytes);
-
 /// `bytes` bytes of kopt's own in `space`, freed with the last copy of the pointer.
 std::shared_ptr<void> allocate_bytes(MemorySpace space, std::size_t bytes,
                                      const std::string& label);

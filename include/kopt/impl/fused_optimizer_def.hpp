@@ -44,7 +44,8 @@ FusedOptimizer<ExecSpace, Policy>::FusedOptimizer(const ExecSpace& exec, const C
                                                   std::string label)
     : exec_(exec),
       label_(std::move(label)),
-      registry_(Impl::reachable_spaces<ExecSpace>(), label_) {
+      registry_(Impl::reachable_spaces<ExecSpace>(), label_),
+      state_(label_, Impl::Masters::of_16_bit_params) {
   registry_.add_group(config);
 }
 
@@ -61,35 +62,17 @@ void FusedOptimizer<ExecSpace, Policy>::add(const std::string& name, const Tenso
 
 template <class ExecSpace, class Policy>
 void FusedOptimizer<ExecSpace, Policy>::ensure_state_() {
-  // Exception-safe by construction: each array is replaced only by a complete, larger copy.
-  // A failure (allocation, launch) leaves every value as it was, and the next call finishes
-  // the work. New masters start at zero, flagged: their first update takes them from the
-  // params (Impl::synced_master), so a param may change until then.
-  Impl::require_kokkos(label_.c_str());
-  const auto [moments, masters] = registry_.lay_out();
-  const unsigned needed = Impl::arrays_needed(registry_);
-  const auto sized = [&](const FloatView& v, std::int64_t n) {
-    return static_cast<std::int64_t>(v.extent(0)) == n;
-  };
-  // An array is kept for every param once any group needs it (and then kept).
-  const auto array_ok = [&](std::size_t k) {
-    return sized(state_[k], moments) || ((needed >> k & 1u) == 0 && state_[k].extent(0) == 0);
-  };
-  bool ok = sized(master_, masters) && slots_.extent(0) == registry_.size();
-  for (std::size_t k = 0; k < state_.size(); ++k) ok = ok && array_ok(k);
-  if (ok) return;
-  for (std::size_t k = 0; k < state_.size(); ++k)
-    if ((needed >> k & 1u) != 0 || state_[k].extent(0) > 0)
-      state_[k] =
-          Impl::grow_state_array(exec_, state_[k], moments, label_ + "::" + Policy::array_names[k],
-                                 static_cast<Impl::StateArray>(k));
-  master_ = Impl::grow_state_array(exec_, master_, masters, label_ + "::master", Impl::kMaster);
+  // New masters start at zero, flagged: their first update takes them from the params
+  // (Impl::synced_master), so a param may change until then.
+  bool moved = state_.grow(exec_, registry_);
   if (slots_.extent(0) != registry_.size()) {
     Impl::allocation_point();
     decltype(slots_) slots(Kokkos::view_alloc(exec_, label_ + "::slots"), registry_.size());
     slots_host_ = Kokkos::create_mirror_view(slots);
     slots_ = slots;
+    moved = true;
   }
+  if (!moved) return;
   signature_.clear();  // arrays moved: rebuild the chunk tables and the slots
   planned_ = false;
 }
@@ -118,9 +101,7 @@ void FusedOptimizer<ExecSpace, Policy>::fill_slots_() {
     slot.param = e.param.data;
     slot.grad = e.grad.data;
     slot.grad_dtype = e.grad.dtype;
-    slot.master = e.master_offset >= 0 ? master_.data() + e.master_offset : nullptr;
-    for (std::size_t k = 0; k < state_.size(); ++k)
-      slot.state[k] = state_[k].extent(0) > 0 ? state_[k].data() + e.state_offset : nullptr;
+    state_.point(slot, e);
     slot.scalar_set = 0;
     if (signature_[i] == 0) continue;
     updated_.push_back(i);
@@ -175,7 +156,7 @@ FusedOptimizer<ExecSpace, Policy>::synced_master_(const Impl::ParamEntry& e) {
           label_ + "::synced_master",
           Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>(exec_, 0, e.param.numel),
           Impl::SyncSpanFunctor<ParamT>{static_cast<const ParamT*>(e.param.data),
-                                        master_.data() + e.master_offset, out.data()});
+                                        state_.master().data() + e.master_offset, out.data()});
   });
   return out;
 }
@@ -221,16 +202,7 @@ void FusedOptimizer<ExecSpace, Policy>::build_plan_() {
   // Which kernel class each param falls in this step (0: no grad, skipped).
   std::vector<int>& signature = next_signature_;  // members: no host allocation per step
   std::vector<ClassKey>& keys = next_keys_;
-  signature.assign(registry_.size(), 0);
-  keys.clear();
-  for (std::size_t i = 0; i < registry_.size(); ++i) {
-    const Impl::ParamEntry& e = registry_[i];
-    if (e.grad.data == nullptr) continue;
-    const ClassKey key{e.param.dtype, e.grad.dtype, Policy::variant(config(e.group))};
-    const auto it = std::find(keys.begin(), keys.end(), key);
-    signature[i] = static_cast<int>(it - keys.begin()) + 1;
-    if (it == keys.end()) keys.push_back(key);
-  }
+  Impl::classify_entries<Policy>(registry_, signature, keys);
   const bool same_keys =
       keys.size() == classes_.size() &&
       std::equal(keys.begin(), keys.end(), classes_.begin(),
@@ -311,99 +283,39 @@ typename FusedOptimizer<ExecSpace, Policy>::State FusedOptimizer<ExecSpace, Poli
     return std::make_pair(static_cast<std::size_t>(off), static_cast<std::size_t>(off + n));
   };
   State s;
-  for (std::size_t k = 0; k < state_.size(); ++k)
-    if (state_[k].extent(0) > 0)
-      s.arrays[k] = Kokkos::subview(state_[k], range(e.state_offset, e.param.numel));
+  for (std::size_t k = 0; k < Policy::num_arrays; ++k)
+    if (state_.array(k).extent(0) > 0)
+      s.arrays[k] = Kokkos::subview(state_.array(k), range(e.state_offset, e.param.numel));
   if (e.master_offset >= 0 && registry_.sync_master(i))
     s.master = synced_master_(e);
   else if (e.master_offset >= 0)
-    s.master = Kokkos::subview(master_, range(e.master_offset, e.param.numel));
+    s.master = Kokkos::subview(state_.master(), range(e.master_offset, e.param.numel));
   s.step = registry_.step(i);
   return s;
-}
-
-template <class ExecSpace, class Policy>
-std::size_t FusedOptimizer<ExecSpace, Policy>::span_of_(const std::string& name,
-                                                        std::int64_t offset, std::int64_t count,
-                                                        const char* call) const {
-  const std::size_t i = registry_.index_of(name);
-  const std::int64_t n = registry_[i].param.numel;
-  KOPT_THROW_IF(offset < 0 || count < 0 || offset > n || count > n - offset,
-                label_ << "::" << call << "('" << name << "'): elements [" << offset << ", "
-                       << offset << " + " << count << ") are outside its " << n);
-  return i;
 }
 
 template <class ExecSpace, class Policy>
 void FusedOptimizer<ExecSpace, Policy>::read_state(const std::string& name, std::int64_t offset,
                                                    std::int64_t count,
                                                    const Impl::StateArrays<float>& out) {
-  const std::size_t i = span_of_(name, offset, count, "read_state");
+  const std::size_t i = state_.span(registry_, name, offset, count, "read_state");
   ensure_state_();
-  Impl::fence(exec_, label_ + "::read_state");  // updates enqueued before
-  const Impl::ParamEntry& e = registry_[i];
-  const auto n = static_cast<std::size_t>(count);
-  using Host = Kokkos::View<float*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
-  const auto get = [&](const FloatView& from, std::int64_t at, float* to) {
-    if (to == nullptr || n == 0) return;
-    if (from.extent(0) == 0) {  // a max no group keeps yet: the zeros it would start from
-      std::fill(to, to + n, 0.0f);
-      return;
-    }
-    const auto first = static_cast<std::size_t>(at + offset);
-    Kokkos::deep_copy(Host(to, n), Kokkos::subview(from, std::make_pair(first, first + n)));
-  };
-  for (std::size_t k = 0; k < state_.size(); ++k) get(state_[k], e.state_offset, out[k]);
-  float* const master = out[Impl::kMaster];
-  if (e.master_offset < 0 || master == nullptr || n == 0) return;
-  get(master_, e.master_offset, master);
-  if (!registry_.sync_master(i)) return;
-  // What the next update would start from, computed on the host copy: the engine's own
-  // master changes only then, so weights written after this call still count.
-  Impl::visit_update_dtype(e.param.dtype, [&](auto param_type) {
-    using ParamT = decltype(param_type);
-    if constexpr (!std::is_same_v<ParamT, float>) {
-      using Bits =
-          Kokkos::View<const ParamT*, memory_space, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
-      std::vector<ParamT> param(n);
-      Kokkos::deep_copy(
-          Kokkos::View<ParamT*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(
-              param.data(), n),
-          Bits(static_cast<const ParamT*>(e.param.data) + offset, n));
-      const Impl::SyncSpanFunctor<ParamT> sync{param.data(), master, master};
-      for (std::size_t k = 0; k < n; ++k) sync(static_cast<std::int64_t>(k));
-    }
-  });
+  state_.read(exec_, registry_, i, offset, count, out);
 }
 
 template <class ExecSpace, class Policy>
 void FusedOptimizer<ExecSpace, Policy>::write_state(const std::string& name, std::int64_t offset,
                                                     std::int64_t count,
                                                     const Impl::StateArrays<const float>& in) {
-  const std::size_t i = span_of_(name, offset, count, "write_state");
+  const std::size_t i = state_.span(registry_, name, offset, count, "write_state");
   ensure_state_();
-  const Impl::ParamEntry& e = registry_[i];
-  const auto n = static_cast<std::size_t>(count);
-  const auto put = [&](const FloatView& to, std::int64_t at, const float* from) {
-    if (from == nullptr || to.extent(0) == 0 || n == 0) return;
-    using Host =
-        Kokkos::View<const float*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
-    const auto first = static_cast<std::size_t>(at + offset);
-    Kokkos::deep_copy(exec_, Kokkos::subview(to, std::make_pair(first, first + n)), Host(from, n));
-  };
-  for (std::size_t k = 0; k < state_.size(); ++k) put(state_[k], e.state_offset, in[k]);
-  if (e.master_offset >= 0) put(master_, e.master_offset, in[Impl::kMaster]);
-  Impl::fence(exec_, label_ + "::write_state");  // the host arrays may die right after
+  state_.write(exec_, registry_, i, offset, count, in);
 }
 
 template <class ExecSpace, class Policy>
 void FusedOptimizer<ExecSpace, Policy>::commit_state(const std::string& name, std::int64_t step) {
-  const std::size_t i = registry_.index_of(name);
-  KOPT_THROW_IF(step < 0 || step > max_step_count,
-                label_ << ": commit_state('" << name << "'): step count " << step
-                       << " is outside [0, kopt::max_step_count]");
-  registry_.set_loaded(i, step);  // the weights may be loaded before or after this
-  planned_ = false;               // its scalar row and sync table change
+  state_.commit(registry_, name, step);
+  planned_ = false;  // its scalar row and sync table change
 }
 
 template <class ExecSpace, class Policy>
@@ -416,9 +328,7 @@ void FusedOptimizer<ExecSpace, Policy>::keep_state_arrays(unsigned arrays) {
 
 template <class ExecSpace, class Policy>
 std::size_t FusedOptimizer<ExecSpace, Policy>::state_bytes() const {
-  std::size_t floats = master_.span();
-  for (const FloatView& a : state_) floats += a.span();
-  return sizeof(float) * floats;
+  return state_.bytes();
 }
 
 }  // namespace kopt

@@ -12,6 +12,7 @@
 
 #include <kopt/impl/copy_queue.hpp>
 #include <kopt/impl/engine.hpp>
+#include <kopt/impl/engine_state.hpp>
 #include <kopt/impl/policies.hpp>
 #include <kopt/offload_options.hpp>
 
@@ -75,13 +76,7 @@ class OffloadEngine final : public Engine {
   const PipelineTimes& last_times() const { return times_; }
 
  private:
-  using HostFloats = Kokkos::View<float*, StateMem>;
   using DevMem = typename DeviceExec::memory_space;
-  struct ClassKey {
-    DType param, grad;
-    int variant;
-    bool operator==(const ClassKey&) const = default;
-  };
   /// Elements [begin, begin + len) of registry entry `entry`, staged at element `stage` of
   /// its chunk's staging buffers.
   struct Segment {
@@ -101,7 +96,11 @@ class OffloadEngine final : public Engine {
   void ensure_state_();
   /// Checks [offset, offset + count) against the param, allocates the state; its index.
   std::size_t span_of_(const std::string& name, std::int64_t offset, std::int64_t count,
-                       const char* call);
+                       const char* call) {
+    const std::size_t i = state_.span(registry_, name, offset, count, call);
+    ensure_state_();
+    return i;
+  }
   void plan_();
   void build_plan_();  ///< batches, slots and norm chunks for signature_
   void build_batches_(const std::vector<std::size_t>& entries, bool with_kernels);
@@ -117,13 +116,6 @@ class OffloadEngine final : public Engine {
   /// Reconciles segment s's master with its param, staged by send_grads_ (flagged params).
   void sync_master_(std::size_t batch, const Segment& s);
   void drain_queues_() noexcept;
-  /// The state arrays by StateArray (null: the policy has no such array).
-  StateArrays<const HostFloats> arrays_() const {
-    StateArrays<const HostFloats> a{};
-    for (std::size_t k = 0; k < state_.size(); ++k) a[k] = &state_[k];
-    a[kMaster] = &master_;
-    return a;
-  }
 
   DeviceExec device_;
   HostExec host_;
@@ -131,9 +123,9 @@ class OffloadEngine final : public Engine {
   OffloadOptions options_;
   std::string label_;
   ParamRegistry registry_;
-  std::array<HostFloats, Policy::num_arrays> state_;  ///< Policy::array_names
-  HostFloats master_;                                 ///< of every param, f32 ones included
-  Kokkos::View<unsigned char*, StateMem> staging_;    ///< per buffer: grads, then params
+  /// The policy's arrays, and a master of every param (an f32 param's: its host copy).
+  EngineState<StateMem, Policy> state_;
+  Kokkos::View<unsigned char*, StateMem> staging_;  ///< per buffer: grads, then params
 
   // The step's plan: rebuilt when which params have grads (or their kernel class) changes.
   std::vector<int> signature_, next_signature_;

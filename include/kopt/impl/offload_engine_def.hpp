@@ -33,7 +33,8 @@ OffloadEngine<DeviceExec, StateMem, Policy>::OffloadEngine(const DeviceExec& dev
       to_device_(std::move(to_device)),
       options_(options),
       label_(std::move(label)),
-      registry_(reachable_spaces<DeviceExec>(), label_) {
+      registry_(reachable_spaces<DeviceExec>(), label_),
+      state_(label_, Masters::of_every_param) {
   options_.validate();
 }
 
@@ -67,33 +68,18 @@ void OffloadEngine<DeviceExec, StateMem, Policy>::drain_queues_() noexcept {
 
 template <class DeviceExec, class StateMem, class Policy>
 void OffloadEngine<DeviceExec, StateMem, Policy>::ensure_state_() {
-  // Exception-safe as FusedOptimizer's: each array is replaced only by a complete, larger copy;
-  // a failure leaves every value as it was. New params' masters are taken from the params
-  // by their first update (ParamRegistry::sync_master).
-  require_kokkos(label_.c_str());
-  const std::int64_t moments = registry_.lay_out().first;
-  const unsigned needed = arrays_needed(registry_);
-  const auto sized = [&](const HostFloats& v) {
-    return static_cast<std::int64_t>(v.extent(0)) == moments;
-  };
-  bool ok = sized(master_) && staging_.extent(0) > 0;
-  for (std::size_t k = 0; k < state_.size(); ++k)
-    ok = ok && (sized(state_[k]) || ((needed >> k & 1u) == 0 && state_[k].extent(0) == 0));
-  if (ok) return;
-  for (std::size_t k = 0; k < state_.size(); ++k)
-    if ((needed >> k & 1u) != 0 || state_[k].extent(0) > 0)
-      state_[k] =
-          grow_state_array(host_, state_[k], moments, label_ + "::" + Policy::array_names[k],
-                           static_cast<StateArray>(k));
-  // Every param's master, f32 ones included.
-  master_ = grow_state_array(host_, master_, moments, label_ + "::master", kMaster);
+  // New params' masters are taken from the params by their first update
+  // (ParamRegistry::sync_master).
+  bool moved = state_.grow(host_, registry_);
   if (staging_.extent(0) == 0) {
     allocation_point();
     staging_ = decltype(staging_)(
         Kokkos::view_alloc(Kokkos::WithoutInitializing, label_ + "::staging"),
         static_cast<std::size_t>(options_.staging_buffers * options_.chunk_elements * 2 *
                                  offload_detail::stride));
+    moved = true;
   }
+  if (!moved) return;
   Impl::fence(host_, label_ + "::state");
   signature_.clear();  // buffers moved: rebuild the plan
 }
@@ -113,7 +99,7 @@ template <class DeviceExec, class StateMem, class Policy>
 const void* OffloadEngine<DeviceExec, StateMem, Policy>::host_param_(std::size_t batch,
                                                                      const Segment& s) const {
   const ParamEntry& e = registry_[s.entry];
-  if (e.param.dtype == DType::f32) return master_.data() + e.state_offset + s.begin;
+  if (e.param.dtype == DType::f32) return state_.master().data() + e.state_offset + s.begin;
   return param_stage_(batch) + s.stage * offload_detail::stride;
 }
 
@@ -159,20 +145,13 @@ void OffloadEngine<DeviceExec, StateMem, Policy>::plan_() {
   ensure_state_();
   std::vector<int>& signature = next_signature_;
   std::vector<ClassKey> keys;
-  signature.assign(registry_.size(), 0);
-  for (std::size_t i = 0; i < registry_.size(); ++i) {
-    const ParamEntry& e = registry_[i];
-    if (e.grad.data == nullptr) continue;
-    // Refused here, before any engine of an optimizer launches anything: no step overflows.
-    KOPT_THROW_IF(registry_.step(i) >= max_step_count,
-                  label_ << ": step(): '" << e.name << "' has completed " << registry_.step(i)
+  classify_entries<Policy>(registry_, signature, keys);
+  // Refused here, before any engine of an optimizer launches anything: no step overflows.
+  for (std::size_t i = 0; i < registry_.size(); ++i)
+    KOPT_THROW_IF(signature[i] > 0 && registry_.step(i) >= max_step_count,
+                  label_ << ": step(): '" << registry_[i].name << "' has completed "
+                         << registry_.step(i)
                          << " steps, the most kopt counts (kopt::max_step_count)");
-    const ClassKey key{e.param.dtype, e.grad.dtype,
-                       Policy::variant(std::get<Config>(registry_.config(e.group)))};
-    const auto it = std::find(keys.begin(), keys.end(), key);
-    signature[i] = static_cast<int>(it - keys.begin()) + 1;
-    if (it == keys.end()) keys.push_back(key);
-  }
   if (signature == signature_ && keys == keys_) return;
   signature_ = signature;
   keys_ = keys;
@@ -201,13 +180,10 @@ void OffloadEngine<DeviceExec, StateMem, Policy>::build_plan_() {
       const Segment& s = segments_[i];
       const ParamEntry& e = registry_[s.entry];
       UpdateSlot& slot = host_slots_[i];
-      const std::int64_t at = e.state_offset + s.begin;
       slot.param = const_cast<void*>(host_param_(b, s));
       slot.grad = grad_stage_(b) + s.stage * offload_detail::stride;
       slot.grad_dtype = e.grad.dtype;
-      slot.master = e.param.dtype == DType::f32 ? nullptr : master_.data() + at;
-      for (std::size_t k = 0; k < state_.size(); ++k)
-        slot.state[k] = state_[k].extent(0) > 0 ? state_[k].data() + at : nullptr;
+      state_.point(slot, e, s.begin);
     }
   norms_.set_pieces(device_, label_, norm_pieces, norm_chunk_size<DeviceExec>);
   if (device_slots_.extent(0) != registry_.size()) {
@@ -363,7 +339,7 @@ void OffloadEngine<DeviceExec, StateMem, Policy>::sync_master_(std::size_t batch
                                                                const Segment& s) {
   // The segment's param landed in staging with its grads (send_grads_).
   const ParamEntry& e = registry_[s.entry];
-  float* master = master_.data() + e.state_offset + s.begin;
+  float* master = state_.master().data() + e.state_offset + s.begin;
   sync_span_(e.param.dtype, host_param_(batch, s), master, master, s.len);
 }
 
@@ -373,80 +349,29 @@ void OffloadEngine<DeviceExec, StateMem, Policy>::reload_model_params() {
   registry_.reload_all();
 }
 
-// The state is host memory: plain copies. An f32 param's master is the param itself (it
-// is not in a checkpoint): its next update after commit_state takes it from the param.
-template <class DeviceExec, class StateMem, class Policy>
-std::size_t OffloadEngine<DeviceExec, StateMem, Policy>::span_of_(const std::string& name,
-                                                                  std::int64_t offset,
-                                                                  std::int64_t count,
-                                                                  const char* call) {
-  const std::size_t i = registry_.index_of(name);
-  const std::int64_t n = registry_[i].param.numel;
-  KOPT_THROW_IF(offset < 0 || count < 0 || offset > n || count > n - offset,
-                label_ << "::" << call << "('" << name << "'): elements [" << offset << ", "
-                       << offset << " + " << count << ") are outside its " << n);
-  ensure_state_();
-  return i;
-}
-
 template <class DeviceExec, class StateMem, class Policy>
 void OffloadEngine<DeviceExec, StateMem, Policy>::read_state(const std::string& name,
                                                              const StateSpan<float>& out) {
   const std::size_t i = span_of_(name, out.offset, out.count, "read_state");
-  const ParamEntry& e = registry_[i];
-  const auto n = static_cast<std::size_t>(out.count);
-  const StateArrays<const HostFloats> from = arrays_();
-  for (std::size_t a = 0; a < from.size(); ++a) {
-    float* to = out.arrays[a];
-    if (to == nullptr || n == 0 || (a == kMaster && e.param.dtype == DType::f32)) continue;
-    if (from[a] == nullptr || from[a]->extent(0) == 0)  // kept by no group yet: its zeros
-      std::fill(to, to + n, 0.0f);
-    else
-      std::memcpy(to, from[a]->data() + e.state_offset + out.offset, n * sizeof(float));
-  }
-  float* master = out.arrays[kMaster];
-  if (master == nullptr || n == 0 || e.param.dtype == DType::f32 || !registry_.sync_master(i))
-    return;
-  // What the next update would start from; the engine's own is left as it is.
-  const std::size_t width = size_of(e.param.dtype);
-  std::vector<unsigned char> param(n * width);
-  copy_bytes(param.data(), MemorySpace::host,
-             static_cast<const unsigned char*>(e.param.data) + out.offset * width, e.param.space,
-             param.size());
-  sync_span_(e.param.dtype, param.data(), master, master, out.count);
+  state_.read(host_, registry_, i, out.offset, out.count, out.arrays);
 }
 
 template <class DeviceExec, class StateMem, class Policy>
 void OffloadEngine<DeviceExec, StateMem, Policy>::write_state(const std::string& name,
                                                               const StateSpan<const float>& in) {
   const std::size_t i = span_of_(name, in.offset, in.count, "write_state");
-  const ParamEntry& e = registry_[i];
-  const auto n = static_cast<std::size_t>(in.count);
-  const StateArrays<const HostFloats> to = arrays_();
-  for (std::size_t a = 0; a < to.size(); ++a) {
-    const float* from = in.arrays[a];
-    if (from == nullptr || n == 0 || to[a] == nullptr || to[a]->extent(0) == 0 ||
-        (a == kMaster && e.param.dtype == DType::f32))
-      continue;
-    std::memcpy(to[a]->data() + e.state_offset + in.offset, from, n * sizeof(float));
-  }
+  state_.write(host_, registry_, i, in.offset, in.count, in.arrays);
 }
 
 template <class DeviceExec, class StateMem, class Policy>
 void OffloadEngine<DeviceExec, StateMem, Policy>::commit_state(const std::string& name,
                                                                std::int64_t step) {
-  const std::size_t i = registry_.index_of(name);
-  KOPT_THROW_IF(step < 0 || step > max_step_count,
-                label_ << ": commit_state('" << name << "'): step count " << step
-                       << " is outside [0, kopt::max_step_count]");
-  registry_.set_loaded(i, step);  // the weights may be loaded before or after this
+  state_.commit(registry_, name, step);
 }
 
 template <class DeviceExec, class StateMem, class Policy>
 std::size_t OffloadEngine<DeviceExec, StateMem, Policy>::state_bytes() const {
-  std::size_t floats = master_.span();
-  for (const HostFloats& a : state_) floats += a.span();
-  return sizeof(float) * floats;
+  return state_.bytes();
 }
 
 }  // namespace kopt::Impl

@@ -10,8 +10,10 @@
 ///                                           // name, state_arrays(), using Policy
 ///     using Scalars = SomeStepScalars;      // floats the update needs, made on the host
 ///     static constexpr const char* name = Config::name;
-///     static constexpr std::size_t num_arrays;            // state arrays, at most 3
-///     static constexpr std::array<const char*, num_arrays> array_names;
+///     static constexpr std::size_t num_arrays =          // state arrays, at most 3: the
+///         Config::state_array_names.size();              // config names them (public,
+///     static constexpr auto array_names =                // Kokkos-free: checkpoints
+///         Config::state_array_names;                     // check masks against them)
 ///     static constexpr int num_variants;    // compile-time forms of the update
 ///     static int variant(const Config&);    // the form a group's config runs
 ///     static constexpr unsigned arrays_of(int variant);   // bit k: array k is kept; for

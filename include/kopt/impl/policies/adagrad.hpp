@@ -24,8 +24,8 @@ struct AdagradPolicy {
   using Config = AdagradConfig;
   using Scalars = AdagradStepScalars;
   static constexpr const char* name = Config::name;
-  static constexpr std::size_t num_arrays = 1;
-  static constexpr std::array<const char*, num_arrays> array_names{"sum"};
+  static constexpr std::size_t num_arrays = Config::state_array_names.size();
+  static constexpr auto array_names = Config::state_array_names;
   static constexpr int num_variants = 1;
   static int variant(const Config&) { return 0; }
   static constexpr unsigned arrays_of(int) { return 1u; }

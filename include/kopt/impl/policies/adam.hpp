@@ -14,9 +14,8 @@ struct AdamPolicy {
   using Config = AdamConfig;
   using Scalars = AdamStepScalars;
   static constexpr const char* name = Config::name;
-  static constexpr std::size_t num_arrays = 3;
-  static constexpr std::array<const char*, num_arrays> array_names{"exp_avg", "exp_avg_sq",
-                                                                   "max_exp_avg_sq"};
+  static constexpr std::size_t num_arrays = Config::state_array_names.size();
+  static constexpr auto array_names = Config::state_array_names;
   /// 0: Adam(W); 1: with amsgrad's running max.
   static constexpr int num_variants = 2;
   static int variant(const Config& c) { return c.amsgrad ? 1 : 0; }

@@ -24,8 +24,8 @@ struct SgdPolicy {
   using Config = SgdConfig;
   using Scalars = SgdStepScalars;
   static constexpr const char* name = Config::name;
-  static constexpr std::size_t num_arrays = 1;
-  static constexpr std::array<const char*, num_arrays> array_names{"momentum_buffer"};
+  static constexpr std::size_t num_arrays = Config::state_array_names.size();
+  static constexpr auto array_names = Config::state_array_names;
   /// 0: plain; 1: momentum; 2: Nesterov momentum.
   static constexpr int num_variants = 3;
   static int variant(const Config& c) { return c.momentum == 0.0 ? 0 : (c.nesterov ? 2 : 1); }

@@ -1,0 +1,210 @@
+#pragma once
+/// \file
+/// What the local engine (kopt::FusedOptimizer) and the offload engine both own, written
+/// once: an algorithm's state arrays and the fp32 masters in one memory space, grown as
+/// params are added, moved to and from the host a span at a time (checkpoints), and the
+/// kernel class each param falls in. The engines add only what truly differs: where the
+/// update runs and how params and grads get there.
+
+#include <Kokkos_Core.hpp>
+#include <algorithm>
+#include <array>
+#include <kopt/compat.hpp>
+#include <kopt/error.hpp>
+#include <kopt/impl/param_registry.hpp>
+#include <kopt/impl/state_arrays.hpp>
+#include <kopt/impl/update_kernel.hpp>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace kopt::Impl {
+
+/// Copies `bytes` bytes between any two memory spaces this build has (blocks until done).
+void copy_bytes(void* dst, MemorySpace dst_space, const void* src, MemorySpace src_space,
+                std::size_t bytes);
+
+/// What picks a param's compiled update: its dtypes and its group's form of the update.
+struct ClassKey {
+  DType param, grad;
+  int variant;
+  bool operator==(const ClassKey&) const = default;
+};
+
+/// The kernel class of every entry this step: signature[i] is its key's index in `keys` + 1,
+/// or 0 for an entry without a grad (skipped); keys in order of first appearance.
+template <class Policy>
+void classify_entries(const ParamRegistry& registry, std::vector<int>& signature,
+                      std::vector<ClassKey>& keys) {
+  signature.assign(registry.size(), 0);
+  keys.clear();
+  for (std::size_t i = 0; i < registry.size(); ++i) {
+    const ParamEntry& e = registry[i];
+    if (e.grad.data == nullptr) continue;
+    const ClassKey key{
+        e.param.dtype, e.grad.dtype,
+        Policy::variant(std::get<typename Policy::Config>(registry.config(e.group)))};
+    const auto it = std::find(keys.begin(), keys.end(), key);
+    signature[i] = static_cast<int>(it - keys.begin()) + 1;
+    if (it == keys.end()) keys.push_back(key);
+  }
+}
+
+/// Which params have an fp32 master, and where: the local engine keeps one per 16-bit param
+/// (ParamEntry::master_offset; an f32 param is its own master), the offload engine one per
+/// param at its state offset (an f32 param's host copy; not part of its state).
+enum class Masters { of_16_bit_params, of_every_param };
+
+template <class MemSpace, class Policy>
+class EngineState {
+ public:
+  using FloatView = Kokkos::View<float*, MemSpace>;
+
+  EngineState(std::string label, Masters masters) : label_(std::move(label)), masters_(masters) {}
+
+  /// Grows every array to the registry's layout on `exec`: each of the policy's arrays once
+  /// a group uses it or the registry holds it (then kept), the masters always. New elements
+  /// are zeros. Returns whether any array moved (pointers into them are stale). A failure
+  /// leaves every value as it was: each array is replaced only by a complete, larger copy.
+  template <class Exec>
+  bool grow(const Exec& exec, ParamRegistry& registry) {
+    require_kokkos(label_.c_str());
+    const auto [moments, sixteen_bit] = registry.lay_out();
+    const std::int64_t masters = masters_ == Masters::of_every_param ? moments : sixteen_bit;
+    const unsigned needed = arrays_needed(registry);
+    const auto sized = [](const FloatView& v, std::int64_t n) {
+      return static_cast<std::int64_t>(v.extent(0)) == n;
+    };
+    const auto wanted = [&](std::size_t k) {
+      return (needed >> k & 1u) != 0 || arrays_[k].extent(0) > 0;
+    };
+    bool ok = sized(master_, masters);
+    for (std::size_t k = 0; k < arrays_.size(); ++k)
+      ok = ok && (wanted(k) ? sized(arrays_[k], moments) : true);
+    if (ok) return false;
+    for (std::size_t k = 0; k < arrays_.size(); ++k)
+      if (wanted(k))
+        arrays_[k] =
+            grow_state_array(exec, arrays_[k], moments, label_ + "::" + Policy::array_names[k],
+                             static_cast<StateArray>(k));
+    master_ = grow_state_array(exec, master_, masters, label_ + "::master", kMaster);
+    return true;
+  }
+
+  /// Array k (Policy::array_names); empty while no group uses it.
+  const FloatView& array(std::size_t k) const { return arrays_[k]; }
+  const FloatView& master() const { return master_; }
+  /// Where entry e's master sits in master(), or -1 when its state has none (f32 params).
+  std::int64_t master_at(const ParamEntry& e) const {
+    if (e.param.dtype == DType::f32) return -1;
+    return masters_ == Masters::of_every_param ? e.state_offset : e.master_offset;
+  }
+  /// Points `slot` at entry e's state from its element `begin` on (null where none).
+  void point(UpdateSlot& slot, const ParamEntry& e, std::int64_t begin = 0) const {
+    const std::int64_t m = master_at(e);
+    slot.master = m >= 0 ? master_.data() + m + begin : nullptr;
+    for (std::size_t k = 0; k < arrays_.size(); ++k)
+      slot.state[k] =
+          arrays_[k].extent(0) > 0 ? arrays_[k].data() + e.state_offset + begin : nullptr;
+  }
+
+  /// The index of `name`, after checking [offset, offset + count) lies in it (`call` names
+  /// the caller in the message).
+  std::size_t span(const ParamRegistry& registry, const std::string& name, std::int64_t offset,
+                   std::int64_t count, const char* call) const {
+    const std::size_t i = registry.index_of(name);
+    const std::int64_t n = registry[i].param.numel;
+    KOPT_THROW_IF(offset < 0 || count < 0 || offset > n || count > n - offset,
+                  label_ << "::" << call << "('" << name << "'): elements [" << offset << ", "
+                         << offset << " + " << count << ") are outside its " << n);
+    return i;
+  }
+
+  /// Copies elements [offset, offset + count) of entry i's state into host arrays (see
+  /// FusedOptimizer::read_state). Work enqueued on `exec` is waited for first.
+  template <class Exec>
+  void read(const Exec& exec, const ParamRegistry& registry, std::size_t i, std::int64_t offset,
+            std::int64_t count, const StateArrays<float>& out) const {
+    fence(exec, label_ + "::read_state");  // updates enqueued before
+    const ParamEntry& e = registry[i];
+    const auto n = static_cast<std::size_t>(count);
+    const auto get = [&](const FloatView& from, std::int64_t at, float* to) {
+      if (to == nullptr || n == 0) return;
+      if (from.extent(0) == 0) {  // an array no group uses yet: the zeros it starts from
+        std::fill(to, to + n, 0.0f);
+        return;
+      }
+      const auto first = static_cast<std::size_t>(at + offset);
+      Kokkos::deep_copy(HostFloats(to, n), Kokkos::subview(from, std::make_pair(first, first + n)));
+    };
+    for (std::size_t k = 0; k < arrays_.size(); ++k) get(arrays_[k], e.state_offset, out[k]);
+    float* const master = out[kMaster];
+    const std::int64_t m = master_at(e);
+    if (m < 0 || master == nullptr || n == 0) return;
+    get(master_, m, master);
+    if (!registry.sync_master(i)) return;
+    // What the next update would start from, computed on a host copy of the param: the
+    // engine's own master changes only then, so weights written after this still count.
+    const std::size_t width = size_of(e.param.dtype);
+    std::vector<unsigned char> param(n * width);
+    copy_bytes(param.data(), MemorySpace::host,
+               static_cast<const unsigned char*>(e.param.data) + offset * width, e.param.space,
+               param.size());
+    visit_update_dtype(e.param.dtype, [&](auto param_type) {
+      using ParamT = decltype(param_type);
+      if constexpr (!std::is_same_v<ParamT, float>) {
+        const SyncSpanFunctor<ParamT> sync{reinterpret_cast<const ParamT*>(param.data()), master,
+                                           master};
+        for (std::size_t k = 0; k < n; ++k) sync(static_cast<std::int64_t>(k));
+      }
+    });
+  }
+
+  /// Overwrites elements [offset, offset + count) of entry i's state from host arrays (null,
+  /// an array no group uses, an f32 param's master: left alone). Blocks.
+  template <class Exec>
+  void write(const Exec& exec, const ParamRegistry& registry, std::size_t i, std::int64_t offset,
+             std::int64_t count, const StateArrays<const float>& in) const {
+    const ParamEntry& e = registry[i];
+    const auto n = static_cast<std::size_t>(count);
+    const auto put = [&](const FloatView& to, std::int64_t at, const float* from) {
+      if (from == nullptr || to.extent(0) == 0 || n == 0) return;
+      const auto first = static_cast<std::size_t>(at + offset);
+      Kokkos::deep_copy(exec, Kokkos::subview(to, std::make_pair(first, first + n)),
+                        ConstHostFloats(from, n));
+    };
+    for (std::size_t k = 0; k < arrays_.size(); ++k) put(arrays_[k], e.state_offset, in[k]);
+    if (const std::int64_t m = master_at(e); m >= 0) put(master_, m, in[kMaster]);
+    fence(exec, label_ + "::write_state");  // the host arrays may die right after
+  }
+
+  /// After write() of every span: the step count of `name` (in [0, max_step_count]), and its
+  /// master flagged to be reconciled with the param at its next update.
+  void commit(ParamRegistry& registry, const std::string& name, std::int64_t step) const {
+    const std::size_t i = registry.index_of(name);
+    KOPT_THROW_IF(step < 0 || step > max_step_count,
+                  label_ << ": commit_state('" << name << "'): step count " << step
+                         << " is outside [0, kopt::max_step_count]");
+    registry.set_loaded(i, step);  // the weights may be loaded before or after this
+  }
+
+  /// Bytes of the arrays and masters.
+  std::size_t bytes() const {
+    std::size_t floats = master_.span();
+    for (const FloatView& a : arrays_) floats += a.span();
+    return sizeof(float) * floats;
+  }
+
+ private:
+  using HostFloats =
+      Kokkos::View<float*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+  using ConstHostFloats =
+      Kokkos::View<const float*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+
+  std::string label_;
+  Masters masters_;
+  std::array<FloatView, Policy::num_arrays> arrays_;  ///< Policy::array_names
+  FloatView master_;
+};
+
+}  // namespace kopt::Impl
