@@ -112,15 +112,16 @@ void StateReader::apply(std::uint32_t param, std::int64_t offset, std::int64_t n
   const std::int64_t per_span = span_floats;
   // An array the engine keeps and the file does not hold (the param was saved before its
   // group used it) is the zeros it would start from, whatever it held before the load.
+  const unsigned held = engine.held_state_arrays();
   for (std::size_t a = 0; a < kMaster; ++a) {
-    if (arrays[a]) continue;
+    if (arrays[a] || (held >> a & 1u) == 0) continue;
     for (std::int64_t at = 0; at < n; at += per_span) {
       const std::int64_t count = std::min(per_span, n - at);
       if (zeros_.size() < static_cast<std::size_t>(count))
         zeros_.assign(static_cast<std::size_t>(count), 0.0f);
       StateSpan<const float> span{at, count, {}};
       span.arrays[a] = zeros_.data();
-      engine.write_state(name, span);  // ignored where the engine does not keep the array
+      engine.write_state(name, span);
     }
   }
   for (std::size_t k = index_.first_block[param]; k < index_.first_block[param + 1]; ++k) {

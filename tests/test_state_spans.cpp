@@ -133,4 +133,32 @@ TEST(EngineStateSpans, MastersReadAsTheNextUpdateReconcilesThem) {
   }
 }
 
+// An array no group uses, kept on request (what a checkpoint load asks for when the file holds
+// the amsgrad max of a group that has switched amsgrad off): allocated, written, read back,
+// and taken up again when a group switches amsgrad on. A mask beyond Adam's arrays is refused.
+TYPED_TEST(StateSpanTest, KeptArraysHoldWhatIsWrittenUntilAGroupUsesThem) {
+  const std::size_t n = 1031;
+  AdamCase<TypeParam, float, float> c({kopt::AdamConfig{}}, {n});
+  c.step();
+  EXPECT_EQ(c.opt.held_state_arrays(), 3u);
+  EXPECT_THROW(c.opt.keep_state_arrays(8u), kopt::InvalidArgument);
+  EXPECT_EQ(c.opt.held_state_arrays(), 3u);
+  c.opt.keep_state_arrays(4u);
+  c.opt.prepare_step();
+  EXPECT_EQ(c.opt.held_state_arrays(), 7u);
+  const std::string name = c.name(0);
+  const auto len = static_cast<std::int64_t>(n);
+  std::vector<float> vmax(n);
+  for (std::size_t i = 0; i < n; ++i) vmax[i] = 1.0f + static_cast<float>(i);  // above every v
+  c.opt.write_state(name, 0, len, nullptr, nullptr, vmax.data(), nullptr);
+  EXPECT_EQ(read_in_pieces(c.opt, name, len, len).vmax, vmax);
+  c.step();  // without amsgrad: the kept max is left as it is
+  EXPECT_EQ(read_in_pieces(c.opt, name, len, len).vmax, vmax);
+  c.opt.config().amsgrad = true;
+  c.step();  // with it: the max is taken up, and holds (every v is below it)
+  const Arrays after = read_in_pieces(c.opt, name, len, len);
+  EXPECT_EQ(after.vmax, vmax);
+  EXPECT_NE(after.v, vmax);
+}
+
 }  // namespace

@@ -130,6 +130,9 @@ class FusedOptimizer {
   /// until a config switches it on again, as torch keeps a state entry). Bits beyond the
   /// policy's arrays are an InvalidArgument.
   void keep_state_arrays(unsigned arrays);
+  /// The policy's arrays this engine holds now (bit k: Policy::array_names[k]): those a
+  /// group has used, or keep_state_arrays() asked for, once allocated.
+  unsigned held_state_arrays() const { return state_.held(); }
   /// Bytes of optimizer state this engine holds in its memory space.
   std::size_t state_bytes() const;
   const ExecSpace& exec() const { return exec_; }

@@ -61,6 +61,8 @@ class Engine {
   /// Keeps the algorithm's state arrays in `arrays` (bit k: array k) from the next
   /// prepare_step() on, whatever the configs say (FusedOptimizer::keep_state_arrays).
   virtual void keep_state_arrays(unsigned arrays) = 0;
+  /// The arrays it holds now (FusedOptimizer::held_state_arrays).
+  virtual unsigned held_state_arrays() const = 0;
   /// The execution space that serves the params' memory: "OpenMP", "Cuda", ...
   virtual const char* space_name() const = 0;
   /// The execution space whose memory holds the optimizer state (the host's for offload).
@@ -112,6 +114,7 @@ class EngineFor final : public Engine {
   std::int64_t step_count(const std::string& name) const override { return opt_.step_count(name); }
   std::size_t state_bytes() const override { return opt_.state_bytes(); }
   void keep_state_arrays(unsigned arrays) override { opt_.keep_state_arrays(arrays); }
+  unsigned held_state_arrays() const override { return opt_.held_state_arrays(); }
   const char* space_name() const override { return ExecSpace::name(); }
   void read_state(const std::string& name, const StateSpan<float>& out) override {
     opt_.read_state(name, out.offset, out.count, out.arrays);

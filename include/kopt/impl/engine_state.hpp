@@ -94,6 +94,13 @@ class EngineState {
   /// Array k (Policy::array_names); empty while no group uses it.
   const FloatView& array(std::size_t k) const { return arrays_[k]; }
   const FloatView& master() const { return master_; }
+  /// The arrays held now (bit k: array k has been allocated).
+  unsigned held() const {
+    unsigned mask = 0;
+    for (std::size_t k = 0; k < arrays_.size(); ++k)
+      if (arrays_[k].extent(0) > 0) mask |= 1u << k;
+    return mask;
+  }
   /// Where entry e's master sits in master(), or -1 when its state has none (f32 params).
   std::int64_t master_at(const ParamEntry& e) const {
     if (e.param.dtype == DType::f32) return -1;

@@ -66,6 +66,7 @@ class OffloadEngine final : public Engine {
   }
   std::size_t state_bytes() const override;
   void keep_state_arrays(unsigned arrays) override { registry_.hold_arrays(arrays); }
+  unsigned held_state_arrays() const override { return state_.held(); }
   void read_state(const std::string& name, const StateSpan<float>& out) override;
   void write_state(const std::string& name, const StateSpan<const float>& in) override;
   void commit_state(const std::string& name, std::int64_t step) override;
