@@ -178,6 +178,21 @@ std::vector<ParamDef> one_group() {
   return d;
 }
 
+// b takes a's weights at the save and loads the checkpoint at `path`; both switch the array
+// on and train 3 more steps: the same params and state, bitwise.
+void resume_with_the_array_on(AlgorithmWorld& a, AlgorithmWorld& b,
+                              const std::vector<std::vector<double>>& weights,
+                              const std::string& path) {
+  for (std::size_t j = 0; j < b.defs.size(); ++j) b.params[j].set(weights[j]);
+  b.opt->load(path);
+  for (AlgorithmWorld* w : {&a, &b}) {
+    switch_array(w->opt->group(0), true);
+    train_decaying(*w, 4, 3);
+  }
+  expect_same_params(a, b);
+  expect_same_state(a, b);
+}
+
 // A schedule that switches a state array off and on again: the optimizer keeps the array
 // meanwhile and uses it again, as torch does, so a checkpoint saved while it is off carries
 // it (local and offloaded, either way round) for a bitwise resume.
@@ -195,14 +210,7 @@ TEST(AlgorithmsHybrid, SaveWhileAStateArrayIsSwitchedOffResumesBitwise) {
         EXPECT_EQ(s.arrays, kopt::Impl::arrays_of(config)) << name;
       const auto weights = a.all_params();
       AlgorithmWorld b({config}, one_group(), {}, 9, {!offloaded});
-      for (std::size_t j = 0; j < b.defs.size(); ++j) b.params[j].set(weights[j]);
-      b.opt->load(dir.str("ckpt"));
-      for (AlgorithmWorld* w : {&a, &b}) {
-        switch_array(w->opt->group(0), true);
-        train_decaying(*w, 4, 3);
-      }
-      expect_same_params(a, b);
-      expect_same_state(a, b);
+      resume_with_the_array_on(a, b, weights, dir.str("ckpt"));
     }
   }
 }
@@ -221,14 +229,7 @@ TEST(AlgorithmsHybrid, AnArrayTheFileDoesNotHoldLoadsAsZeros) {
       const auto weights = a.all_params();
       AlgorithmWorld b({config}, one_group(), {}, 9, {offloaded});
       train_decaying(b, 0, 3);  // the array holds something
-      for (std::size_t j = 0; j < b.defs.size(); ++j) b.params[j].set(weights[j]);
-      b.opt->load(dir.str("ckpt"));
-      for (AlgorithmWorld* w : {&a, &b}) {
-        switch_array(w->opt->group(0), true);
-        train_decaying(*w, 4, 3);
-      }
-      expect_same_params(a, b);
-      expect_same_state(a, b);
+      resume_with_the_array_on(a, b, weights, dir.str("ckpt"));
     }
   }
 }
