@@ -16,6 +16,7 @@
 ///         Config::state_array_names;                     // check masks against them)
 ///     static constexpr int num_variants;    // compile-time forms of the update
 ///     static int variant(const Config&);    // the form a group's config runs
+///     KOKKOS_INLINE_FUNCTION                // (host and device: the kernels ask it)
 ///     static constexpr unsigned arrays_of(int variant);   // bit k: array k is kept; for
 ///                                           // every config, arrays_of(variant(c)) equals
 ///                                           // c.state_arrays() (tests/test_algorithms.cpp)

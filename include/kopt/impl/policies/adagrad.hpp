@@ -28,7 +28,7 @@ struct AdagradPolicy {
   static constexpr auto array_names = Config::state_array_names;
   static constexpr int num_variants = 1;
   static int variant(const Config&) { return 0; }
-  static constexpr unsigned arrays_of(int) { return 1u; }
+  KOKKOS_INLINE_FUNCTION static constexpr unsigned arrays_of(int) { return 1u; }
   static Scalars scalars(const Config& c, std::int64_t t, double grad_scale) {
     Scalars s;
     s.grad_scale = static_cast<float>(c.maximize ? -grad_scale : grad_scale);

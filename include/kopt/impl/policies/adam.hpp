@@ -19,7 +19,9 @@ struct AdamPolicy {
   /// 0: Adam(W); 1: with amsgrad's running max.
   static constexpr int num_variants = 2;
   static int variant(const Config& c) { return c.amsgrad ? 1 : 0; }
-  static constexpr unsigned arrays_of(int variant) { return variant == 1 ? 7u : 3u; }
+  KOKKOS_INLINE_FUNCTION static constexpr unsigned arrays_of(int variant) {
+    return variant == 1 ? 7u : 3u;
+  }
   static Scalars scalars(const Config& c, std::int64_t t, double grad_scale) {
     return AdamStepScalars::make(c, t, grad_scale);
   }

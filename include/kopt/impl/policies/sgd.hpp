@@ -29,7 +29,9 @@ struct SgdPolicy {
   /// 0: plain; 1: momentum; 2: Nesterov momentum.
   static constexpr int num_variants = 3;
   static int variant(const Config& c) { return c.momentum == 0.0 ? 0 : (c.nesterov ? 2 : 1); }
-  static constexpr unsigned arrays_of(int variant) { return variant == 0 ? 0u : 1u; }
+  KOKKOS_INLINE_FUNCTION static constexpr unsigned arrays_of(int variant) {
+    return variant == 0 ? 0u : 1u;
+  }
   static Scalars scalars(const Config& c, std::int64_t t, double grad_scale) {
     Scalars s;
     s.grad_scale = static_cast<float>(c.maximize ? -grad_scale : grad_scale);
