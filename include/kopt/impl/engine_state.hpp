@@ -33,14 +33,18 @@ struct ClassKey {
 
 /// The kernel class of every entry this step: signature[i] is its key's index in `keys` + 1,
 /// or 0 for an entry without a grad (skipped); keys in order of first appearance.
-template <class Policy>
-void classify_entries(const ParamRegistry& registry, std::vector<int>& signature,
-                      std::vector<ClassKey>& keys) {
+/// `on_updated(i)` is called for each entry with a grad, in the same pass (checks an engine
+/// makes per updated entry cost no second pass over every entry).
+template <class Policy, class OnUpdated = void (*)(std::size_t)>
+void classify_entries(
+    const ParamRegistry& registry, std::vector<int>& signature, std::vector<ClassKey>& keys,
+    OnUpdated&& on_updated = [](std::size_t) {}) {
   signature.assign(registry.size(), 0);
   keys.clear();
   for (std::size_t i = 0; i < registry.size(); ++i) {
     const ParamEntry& e = registry[i];
     if (e.grad.data == nullptr) continue;
+    on_updated(i);
     const ClassKey key{
         e.param.dtype, e.grad.dtype,
         Policy::variant(std::get<typename Policy::Config>(registry.config(e.group)))};
@@ -80,7 +84,7 @@ class EngineState {
     };
     bool ok = sized(master_, masters);
     for (std::size_t k = 0; k < arrays_.size(); ++k)
-      ok = ok && (wanted(k) ? sized(arrays_[k], moments) : true);
+      ok = ok && (!wanted(k) || sized(arrays_[k], moments));
     if (ok) return false;
     for (std::size_t k = 0; k < arrays_.size(); ++k)
       if (wanted(k))

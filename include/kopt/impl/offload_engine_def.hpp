@@ -145,13 +145,13 @@ void OffloadEngine<DeviceExec, StateMem, Policy>::plan_() {
   ensure_state_();
   std::vector<int>& signature = next_signature_;
   std::vector<ClassKey> keys;
-  classify_entries<Policy>(registry_, signature, keys);
   // Refused here, before any engine of an optimizer launches anything: no step overflows.
-  for (std::size_t i = 0; i < registry_.size(); ++i)
-    KOPT_THROW_IF(signature[i] > 0 && registry_.step(i) >= max_step_count,
+  classify_entries<Policy>(registry_, signature, keys, [&](std::size_t i) {
+    KOPT_THROW_IF(registry_.step(i) >= max_step_count,
                   label_ << ": step(): '" << registry_[i].name << "' has completed "
                          << registry_.step(i)
                          << " steps, the most kopt counts (kopt::max_step_count)");
+  });
   if (signature == signature_ && keys == keys_) return;
   signature_ = signature;
   keys_ = keys;
