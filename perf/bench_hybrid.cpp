@@ -68,8 +68,8 @@ void bm_hybrid_clipped(benchmark::State& state) {
   // The ceiling's own state arrays: the same pattern on arrays of the same size.
   Kokkos::View<float*, Mem> master("kopt::perf::master", std::is_same_v<ParamT, float> ? 0 : n);
   Kokkos::View<float*, Mem> m("kopt::perf::m", n), v("kopt::perf::v", n);
-  const UpdatePattern<ParamT, ParamT, adam_arrays(false)> update{param.data(), grad.data(), master.data(),
-                                                    m.data(),     v.data(),    nullptr};
+  const UpdatePattern<ParamT, ParamT, adam_arrays(false)> update{
+      param.data(), grad.data(), master.data(), m.data(), v.data(), nullptr};
   const auto read = make_read<Space>(grad.data(), n);
   Space exec;
   // The plain loops of the same clipped step: the norm, then the update with the grads scaled.
@@ -82,10 +82,8 @@ void bm_hybrid_clipped(benchmark::State& state) {
   plain_clipped();
   double plain_total = 0.0, clipped_total = 0.0, ceiling_total = 0.0, loop_total = 0.0;
   for (auto _ : state) {
-    ceiling_total += seconds(exec, [&] {
-      run_read(exec, read);
-      run_pattern(exec, update, n);
-    });
+    ceiling_total +=
+        seconds(exec, [&] { run_read(exec, read); }) + ceiling_seconds(exec, update, n);
     loop_total += seconds(exec, plain_clipped);
     plain_total += seconds(exec, [&] { plain.step(); });
     const double t = seconds(exec, [&] { clipped.step(); });
