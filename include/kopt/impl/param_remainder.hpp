@@ -1,0 +1,56 @@
+#pragma once
+/// \file
+/// An fp32 master held exactly in 4 bytes that are also the model's bf16 param: the param's
+/// 16 bits plus a 16-bit remainder (the precision-aware-state issue's `master = remainder`).
+///
+/// The remainder is the master's low 16 bits; the param is the master rounded to nearest, so
+/// the model sees what an fp32 master would give it. Rounding is round to nearest with ties
+/// toward the truncated value, not ties to even, and that is forced: a bf16 p that is even is
+/// round-to-nearest-even of 65,537 floats (the 65,535 within half an ulp of it, and both
+/// ties), one more than 16 bits can tell apart. With ties toward the truncation, each bf16 is
+/// the rounding of exactly 65,536 floats, and the low 16 bits name which: the master's high
+/// half is the param, less one when the remainder is above 0x8000 (the rounding went up).
+/// The param differs from round-to-nearest-even only on an exact tie with an odd high half
+/// (one float in 131,072 of uniformly random bits), and by one bf16 ulp; the master itself,
+/// and so every later update, is bitwise the fp32-master trajectory.
+///
+/// NaN: the param is the high half made quiet (as bfloat16::from_float, never Inf, never a
+/// carry into the sign); joined back, a quiet NaN master is exact and a signalling one comes
+/// back quiet.
+
+#include <cstdint>
+#include <kopt/storage_types.hpp>
+
+namespace kopt::Impl {
+
+/// A master's two halves as stored: the bf16 param and the remainder.
+struct SplitMaster {
+  bfloat16 param;
+  std::uint16_t remainder;
+};
+
+KOKKOS_FORCEINLINE_FUNCTION bool bf16_bits_nan(std::uint32_t bits) {
+  return (bits & 0x7fffu) > 0x7f80u;
+}
+
+/// The param and remainder that hold `master` (round to nearest, ties toward the truncation).
+KOKKOS_FORCEINLINE_FUNCTION SplitMaster split_master(float master) {
+  const std::uint32_t x = float_bits(master);
+  const std::uint32_t high = x >> 16;
+  const std::uint32_t low = x & 0xffffu;
+  const bool nan = (x & 0x7fffffffu) > 0x7f800000u;
+  // Rounding up from the largest finite magnitude gives Inf, as round-to-nearest-even does;
+  // a NaN never rounds (0x7fff + 1 would carry into the sign).
+  const std::uint32_t rounded = high + (low > 0x8000u ? 1u : 0u);
+  return SplitMaster{bfloat16{static_cast<std::uint16_t>(nan ? (high | 0x0040u) : rounded)},
+                     static_cast<std::uint16_t>(low)};
+}
+
+/// The master that `split_master` split into (param, remainder).
+KOKKOS_FORCEINLINE_FUNCTION float join_master(bfloat16 param, std::uint16_t remainder) {
+  const std::uint32_t p = param.bits;
+  const std::uint32_t down = (remainder > 0x8000u && !bf16_bits_nan(p)) ? 1u : 0u;
+  return bits_float(((p - down) << 16) | remainder);
+}
+
+}  // namespace kopt::Impl
