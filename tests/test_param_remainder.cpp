@@ -16,17 +16,8 @@ namespace {
 using kopt::bfloat16;
 using kopt::Impl::join_master;
 using kopt::Impl::split_master;
-
-std::uint32_t bits_of(float f) {
-  std::uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
-float float_of(std::uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
+using kopt_test::bits_of;
+using kopt_test::float_of;
 
 // The bf16 a finite master rounds to, by value: of the two bf16 around it (its truncation t
 // and the next one away from zero), the nearer; a tie goes to t. Past the largest finite

@@ -12,21 +12,12 @@ namespace {
 
 using kopt::bfloat16;
 using kopt::float16;
+using kopt_test::bits_of;
+using kopt_test::float_of;
 
 template <class H>
 float widen_bits(std::uint16_t bits) {
   return H{bits}.to_float();
-}
-
-std::uint32_t bits_of(float f) {
-  std::uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
-float float_of(std::uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
 }
 
 // Every non-negative finite encoding of H with its value, ascending, plus +Inf placed where

@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <Kokkos_Core.hpp>
+#include <cstdint>
+#include <cstring>
 #include <kopt/impl/backends.hpp>
 #include <kopt/kopt.hpp>
 #include <random>
@@ -12,6 +14,18 @@
 #include <vector>
 
 namespace kopt_test {
+
+// A float's bits and back, by memcpy (independent of kopt's own bit casts, which they check).
+inline std::uint32_t bits_of(float f) {
+  std::uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+inline float float_of(std::uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
 
 // The execution spaces of this build (kopt/impl/backends.hpp), as a GoogleTest type list.
 template <class Tuple>
