@@ -47,14 +47,15 @@ const char* engine_space_for(MemorySpace space) {
 }
 
 std::unique_ptr<Engine> make_engine(MemorySpace space, DType dtype,
-                                    const AlgorithmConfig& algorithm) {
+                                    const AlgorithmConfig& algorithm, MasterStorage masters) {
   const std::string where = engine_space_for(space);  // throws NotCompiled first
-  const std::string label = label_for(space, dtype, algorithm);
+  const std::string label = label_for(space, dtype, algorithm,
+                                      masters == MasterStorage::remainder ? ",remainder" : "");
 #ifdef KOKKOS_ENABLE_CUDA
   if (where == Kokkos::Cuda::name())
-    return make_fused_engine(Kokkos::Cuda(), algorithm.index(), label);
+    return make_fused_engine(Kokkos::Cuda(), algorithm.index(), label, masters);
 #endif
-  return make_fused_engine(HostExec(), algorithm.index(), label);
+  return make_fused_engine(HostExec(), algorithm.index(), label, masters);
 }
 
 // src/offload_host.cpp

@@ -65,6 +65,7 @@ HybridOptimizer::HybridOptimizer(std::vector<ParamGroup> groups, const HybridOpt
     const ParamSpec* spec;
     std::string space;  // the execution space serving the param's memory
     bool offloaded;
+    bool remainder;  // a bf16 param whose master is a remainder
   };
   std::vector<Pending> pending;
   std::vector<std::size_t> candidates, candidate_bytes;  // for the offload rule
@@ -80,9 +81,18 @@ HybridOptimizer::HybridOptimizer(std::vector<ParamGroup> groups, const HybridOpt
       KOPT_THROW_IF(!names.insert(p.name).second, "kopt::HybridOptimizer: parameter name '"
                                                       << p.name << "' is used twice (names are "
                                                       << "unique across all groups)");
+      const bool remainder = groups_[g].master() == MasterStorage::remainder;
+      KOPT_THROW_IF(remainder && p.param.dtype == DType::f16,
+                    "kopt::HybridOptimizer: group " << g << " keeps its masters as remainders "
+                                                    << "(MasterStorage::remainder), which need "
+                                                    << "bf16 params; parameter '" << p.name
+                                                    << "' is f16");
       Pending item{g, &p, Impl::engine_space_for(p.param.space),  // NotCompiled if missing
-                   groups_[g].placement() == StatePlacement::host};
-      if (!item.offloaded && item.space != host_space) {
+                   groups_[g].placement() == StatePlacement::host,
+                   remainder && p.param.dtype == DType::bf16};
+      // A remainder is half of a master that the other half (the param) must stay beside:
+      // such params are never offloaded.
+      if (!item.offloaded && !item.remainder && item.space != host_space) {
         candidates.push_back(pending.size());
         candidate_bytes.push_back(
             device_state_bytes(shards_->local_param(pending.size()), groups_[g].algorithm()));
@@ -94,8 +104,8 @@ HybridOptimizer::HybridOptimizer(std::vector<ParamGroup> groups, const HybridOpt
   for (std::size_t i = 0; i < candidates.size(); ++i)
     if (chosen[i]) pending[candidates[i]].offloaded = true;
 
-  // One engine per (execution space, dtype, offloaded, algorithm).
-  std::map<std::tuple<std::string, DType, bool, std::size_t>, std::size_t> engine_of;
+  // One engine per (execution space, dtype, offloaded, algorithm, remainder masters).
+  std::map<std::tuple<std::string, DType, bool, std::size_t, bool>, std::size_t> engine_of;
   for (std::size_t ordinal = 0; ordinal < pending.size(); ++ordinal) {
     const Pending& item = pending[ordinal];
     const ParamSpec& p = *item.spec;
@@ -104,14 +114,16 @@ HybridOptimizer::HybridOptimizer(std::vector<ParamGroup> groups, const HybridOpt
       continue;
     }
     const AlgorithmConfig& algorithm = groups_[item.group].algorithm();
-    const auto key = std::make_tuple(item.space, p.param.dtype, item.offloaded, algorithm.index());
+    const auto key = std::make_tuple(item.space, p.param.dtype, item.offloaded, algorithm.index(),
+                                     item.remainder);
     auto it = engine_of.find(key);
     if (it == engine_of.end()) {
       it = engine_of.emplace(key, engines_.size()).first;
       engines_.push_back(
           item.offloaded
               ? Impl::make_offload_engine(p.param.space, p.param.dtype, algorithm, options_.offload)
-              : Impl::make_engine(p.param.space, p.param.dtype, algorithm));
+              : Impl::make_engine(p.param.space, p.param.dtype, algorithm,
+                                  item.remainder ? MasterStorage::remainder : MasterStorage::f32));
       engine_group_.emplace_back(groups_.size(), kNone);
       engine_params_.emplace_back();
     }

@@ -9,6 +9,10 @@ const char* name_of(StatePlacement placement) {
   return placement == StatePlacement::host ? "host" : "with_params";
 }
 
+const char* name_of(MasterStorage master) {
+  return master == MasterStorage::remainder ? "remainder" : "f32";
+}
+
 ParamGroup::ParamGroup(const AlgorithmConfig& config, StatePlacement placement)
     : config_(config), placement_(placement) {
   kopt::validate(config_);
@@ -19,6 +23,17 @@ ParamGroup::ParamGroup(const AlgorithmConfig& config, StatePlacement placement)
 void ParamGroup::set_algorithm(const AlgorithmConfig& config) {
   kopt::validate(config);
   config_ = config;
+}
+
+ParamGroup& ParamGroup::set_master(MasterStorage master) {
+  KOPT_THROW_IF(master != MasterStorage::f32 && master != MasterStorage::remainder,
+                "ParamGroup::set_master: invalid MasterStorage " << static_cast<int>(master));
+  KOPT_THROW_IF(master == MasterStorage::remainder && placement_ == StatePlacement::host,
+                "ParamGroup::set_master(remainder): a group with StatePlacement::host keeps "
+                "its masters apart from the params (their host copy), so they cannot be "
+                "remainders; use MasterStorage::f32 there");
+  master_ = master;
+  return *this;
 }
 
 ParamGroup& ParamGroup::add(const std::string& name, const Tensor& param, const Tensor& grad) {

@@ -19,16 +19,20 @@ struct AlgorithmWorld {
   std::unique_ptr<kopt::HybridOptimizer> opt;
   unsigned seed;
 
-  // Group g runs configs[g], offloaded (StatePlacement::host) where host_state[g].
+  // Group g runs configs[g], offloaded (StatePlacement::host) where host_state[g], with
+  // masters kept as masters[g] (default MasterStorage::f32).
   AlgorithmWorld(std::vector<kopt::AlgorithmConfig> cfgs, std::vector<ParamDef> ds,
                  const kopt::HybridOptions& options = {}, unsigned s = 11,
-                 const std::vector<bool>& host_state = {})
+                 const std::vector<bool>& host_state = {},
+                 const std::vector<kopt::MasterStorage>& masters = {})
       : configs(std::move(cfgs)), defs(std::move(ds)), seed(s) {
     std::vector<kopt::ParamGroup> groups;
-    for (std::size_t g = 0; g < configs.size(); ++g)
+    for (std::size_t g = 0; g < configs.size(); ++g) {
       groups.emplace_back(configs[g], g < host_state.size() && host_state[g]
                                           ? kopt::StatePlacement::host
                                           : kopt::StatePlacement::with_params);
+      if (g < masters.size()) groups.back().set_master(masters[g]);
+    }
     std::mt19937 rng(seed);
     for (std::size_t j = 0; j < defs.size(); ++j) {
       params.emplace_back(defs[j].param, defs[j].on_device, defs[j].n);

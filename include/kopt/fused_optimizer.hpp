@@ -25,7 +25,9 @@ template <class MemSpace, std::size_t NumArrays>
 struct StateView {
   /// The policy's arrays (Policy::array_names); empty where no group keeps one yet.
   std::array<Kokkos::View<const float*, MemSpace>, NumArrays> arrays;
-  Kokkos::View<const float*, MemSpace> master;  ///< empty for fp32 params
+  /// Empty for fp32 params; under MasterStorage::remainder, a copy joined from the param
+  /// and its remainder.
+  Kokkos::View<const float*, MemSpace> master;
   std::int64_t step = 0;                        ///< completed updates
 };
 
@@ -38,8 +40,11 @@ class FusedOptimizer {
   using State = StateView<memory_space, Policy::num_arrays>;
 
   /// An engine with one group (index 0) of `config`; validates it. Allocates nothing.
+  /// `masters`: how the masters of its 16-bit params are kept (kopt::MasterStorage; with
+  /// `remainder`, every 16-bit param must be bf16).
   explicit FusedOptimizer(const ExecSpace& exec, const Config& config = Config{},
-                          std::string label = "kopt::FusedOptimizer");
+                          std::string label = "kopt::FusedOptimizer",
+                          MasterStorage masters = MasterStorage::f32);
 
   /// Adds a group with its own hyperparameters; returns its index. Validates first.
   std::size_t add_group(const Config& config);
@@ -136,6 +141,8 @@ class FusedOptimizer {
   /// Bytes of optimizer state this engine holds in its memory space.
   std::size_t state_bytes() const;
   const ExecSpace& exec() const { return exec_; }
+  /// How the masters of 16-bit params are kept.
+  MasterStorage master_storage() const { return state_.master_form(); }
 
  private:
   using FloatView = Kokkos::View<float*, memory_space>;
@@ -151,7 +158,7 @@ class FusedOptimizer {
   void build_plan_();  ///< prepare_step()'s: classes, sync tables, slots, scalar sets
   void fill_slots_();
   void build_sync_(const std::vector<std::size_t>& entries);
-  FloatView synced_master_(const Impl::ParamEntry& e);
+  FloatView synced_master_(std::size_t i);  ///< entry i's master as its next update takes it
   void build_classes_(const std::vector<int>& signature, const std::vector<ClassKey>& keys);
 
   ExecSpace exec_;

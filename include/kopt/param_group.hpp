@@ -26,6 +26,25 @@ enum class StatePlacement : std::uint8_t {
 /// "with_params" or "host".
 const char* name_of(StatePlacement placement);
 
+/// How a group keeps the fp32 master of each 16-bit param (an f32 param is its own master).
+enum class MasterStorage : std::uint8_t {
+  /// An fp32 copy beside the param: 4 bytes per element. Any 16-bit dtype.
+  f32,
+  /// bf16 params only: the param's 16 bits and a 16-bit remainder hold the fp32 master
+  /// exactly, 2 bytes per element. The masters, and so every update, are bitwise those of
+  /// `f32`; the param is the master rounded to nearest with ties toward the truncated value
+  /// (kopt/impl/param_remainder.hpp says why ties-to-even cannot be kept), which differs from
+  /// `f32`'s param on one float in 131,072 by one bf16 ulp. The param is part of the master:
+  /// weights written into it move the master with them (within one bf16 ulp of the new
+  /// weights; exact when they are the weights saved with the optimizer's checkpoint).
+  /// Groups with state on the params' side only (StatePlacement::with_params, never chosen
+  /// for offload by OffloadOptions).
+  remainder,
+};
+
+/// "f32" or "remainder".
+const char* name_of(MasterStorage master);
+
 /// A parameter as registered: its unique name, its memory and its gradient's.
 struct ParamSpec {
   std::string name;
@@ -67,10 +86,15 @@ class ParamGroup {
   void set_algorithm(const AlgorithmConfig& config);
   const std::vector<ParamSpec>& params() const { return params_; }
   StatePlacement placement() const { return placement_; }
+  /// How the group keeps the masters of its 16-bit params (default MasterStorage::f32).
+  /// Returns *this for chaining. The optimizer checks it against the params when built.
+  ParamGroup& set_master(MasterStorage master);
+  MasterStorage master() const { return master_; }
 
  private:
   AlgorithmConfig config_;
   StatePlacement placement_;
+  MasterStorage master_ = MasterStorage::f32;
   std::vector<ParamSpec> params_;
   std::unordered_set<std::string> names_;  ///< of params_: add() stays O(1) at 100,000 params
 };

@@ -14,7 +14,9 @@
 #include <kopt/impl/param_registry.hpp>
 #include <kopt/impl/state_arrays.hpp>
 #include <kopt/impl/update_kernel.hpp>
+#include <kopt/param_group.hpp>
 #include <string>
+#include <unordered_map>
 #include <variant>
 #include <vector>
 
@@ -63,8 +65,17 @@ template <class MemSpace, class Policy>
 class EngineState {
  public:
   using FloatView = Kokkos::View<float*, MemSpace>;
+  using RemainderView = Kokkos::View<std::uint16_t*, MemSpace>;
 
-  EngineState(std::string label, Masters masters) : label_(std::move(label)), masters_(masters) {}
+  /// `form`: how the masters are held; MasterStorage::remainder only with
+  /// Masters::of_16_bit_params (the params then hold half of each master; bf16 only).
+  EngineState(std::string label, Masters masters, MasterStorage form = MasterStorage::f32)
+      : label_(std::move(label)), masters_(masters), form_(form) {
+    KOPT_THROW_IF(form_ == MasterStorage::remainder && masters_ != Masters::of_16_bit_params,
+                  label_ << ": masters kept apart from the params cannot be remainders");
+  }
+  MasterStorage master_form() const { return form_; }
+  bool remainders() const { return form_ == MasterStorage::remainder; }
 
   /// Grows every array to the registry's layout on `exec`: each of the policy's arrays once
   /// a group uses it or the registry holds it (then kept), the masters always. New elements
@@ -82,7 +93,11 @@ class EngineState {
     const auto wanted = [&](std::size_t k) {
       return (needed >> k & 1u) != 0 || arrays_[k].extent(0) > 0;
     };
-    bool ok = sized(master_, masters);
+    const auto sized_masters = [&] {
+      return remainders() ? static_cast<std::int64_t>(remainder_.extent(0)) == masters
+                          : sized(master_, masters);
+    };
+    bool ok = sized_masters();
     for (std::size_t k = 0; k < arrays_.size(); ++k)
       ok = ok && (!wanted(k) || sized(arrays_[k], moments));
     if (ok) return false;
@@ -91,13 +106,19 @@ class EngineState {
         arrays_[k] =
             grow_state_array(exec, arrays_[k], moments, label_ + "::" + Policy::array_names[k],
                              static_cast<StateArray>(k));
-    master_ = grow_state_array(exec, master_, masters, label_ + "::master", kMaster);
+    if (remainders())
+      remainder_ = grow_state_array(exec, remainder_, masters, label_ + "::remainder", kMaster);
+    else
+      master_ = grow_state_array(exec, master_, masters, label_ + "::master", kMaster);
     return true;
   }
 
   /// Array k (Policy::array_names); empty while no group uses it.
   const FloatView& array(std::size_t k) const { return arrays_[k]; }
+  /// The fp32 masters (empty when they are remainders).
   const FloatView& master() const { return master_; }
+  /// The masters' remainders (empty unless remainders()).
+  const RemainderView& remainder() const { return remainder_; }
   /// The arrays held now (bit k: array k has been allocated).
   unsigned held() const {
     unsigned mask = 0;
@@ -113,7 +134,8 @@ class EngineState {
   /// Points `slot` at entry e's state from its element `begin` on (null where none).
   void point(UpdateSlot& slot, const ParamEntry& e, std::int64_t begin = 0) const {
     const std::int64_t m = master_at(e);
-    slot.master = m >= 0 ? master_.data() + m + begin : nullptr;
+    slot.master = m >= 0 && !remainders() ? master_.data() + m + begin : nullptr;
+    slot.remainder = m >= 0 && remainders() ? remainder_.data() + m + begin : nullptr;
     for (std::size_t k = 0; k < arrays_.size(); ++k)
       slot.state[k] =
           arrays_[k].extent(0) > 0 ? arrays_[k].data() + e.state_offset + begin : nullptr;
@@ -152,8 +174,8 @@ class EngineState {
     float* const master = out[kMaster];
     const std::int64_t m = master_at(e);
     if (m < 0 || master == nullptr || n == 0) return;
-    get(master_, m, master);
-    if (!registry.sync_master(i)) return;
+    if (!remainders()) get(master_, m, master);
+    if (!registry.sync_master(i) && !remainders()) return;
     // What the next update would start from, computed on a host copy of the param: the
     // engine's own master changes only then, so weights written after this still count.
     const std::size_t width = size_of(e.param.dtype);
@@ -161,6 +183,19 @@ class EngineState {
     copy_bytes(param.data(), MemorySpace::host,
                static_cast<const unsigned char*>(e.param.data) + offset * width, e.param.space,
                param.size());
+    if (remainders()) {  // the param and its remainder, joined
+      std::vector<std::uint16_t> low(n);
+      const auto first = static_cast<std::size_t>(m + offset);
+      Kokkos::deep_copy(HostRemainders(low.data(), n),
+                        Kokkos::subview(remainder_, std::make_pair(first, first + n)));
+      const auto* high = reinterpret_cast<const bfloat16*>(param.data());
+      for (std::size_t k = 0; k < n; ++k) master[k] = join_master(high[k], low[k]);
+      for (const TieFix& t : ties_of(i))  // as settle_ties() will take them
+        if (t.element >= offset && t.element - offset < count &&
+            takes_tie(high[t.element - offset], t.master))
+          master[t.element - offset] = t.master;
+      return;
+    }
     visit_update_dtype(e.param.dtype, [&](auto param_type) {
       using ParamT = decltype(param_type);
       if constexpr (!std::is_same_v<ParamT, float>) {
@@ -175,7 +210,7 @@ class EngineState {
   /// an array no group uses, an f32 param's master: left alone). Blocks.
   template <class Exec>
   void write(const Exec& exec, const ParamRegistry& registry, std::size_t i, std::int64_t offset,
-             std::int64_t count, const StateArrays<const float>& in) const {
+             std::int64_t count, const StateArrays<const float>& in) {
     const ParamEntry& e = registry[i];
     const auto n = static_cast<std::size_t>(count);
     const auto put = [&](const FloatView& to, std::int64_t at, const float* from) {
@@ -185,7 +220,31 @@ class EngineState {
                         ConstHostFloats(from, n));
     };
     for (std::size_t k = 0; k < arrays_.size(); ++k) put(arrays_[k], e.state_offset, in[k]);
-    if (const std::int64_t m = master_at(e); m >= 0) put(master_, m, in[kMaster]);
+    const std::int64_t m = master_at(e);
+    if (m >= 0 && !remainders()) put(master_, m, in[kMaster]);
+    if (m >= 0 && remainders() && in[kMaster] != nullptr && n > 0) {
+      // Only the master's remainder is kept: the param holds the rest once the weights saved
+      // with it are loaded, before or after this (other weights move the master with them).
+      // Weights saved beside an fp32 master (MasterStorage::f32) round ties to even, so an
+      // odd tie's param is one ulp above the high half the remainder needs: such elements
+      // are kept aside, and settle_ties() takes their master at the next update.
+      std::vector<TieFix>& ties = ties_[i];
+      std::erase_if(ties, [&](const TieFix& t) {
+        return t.element >= offset && t.element - offset < count;  // written again
+      });
+      std::vector<std::uint16_t> low(n);
+      for (std::size_t k = 0; k < n; ++k) {
+        const float x = in[kMaster][k];
+        low[k] = split_master(x).remainder;
+        if (split_master(x).param.bits != bfloat16::from_float(x).bits)
+          ties.push_back(TieFix{offset + static_cast<std::int64_t>(k), x});
+      }
+      if (ties.empty()) ties_.erase(i);
+      const auto first = static_cast<std::size_t>(m + offset);
+      Kokkos::deep_copy(exec, Kokkos::subview(remainder_, std::make_pair(first, first + n)),
+                        ConstHostRemainders(low.data(), n));
+      fence(exec, label_ + "::write_state");  // `low` dies here
+    }
     fence(exec, label_ + "::write_state");  // the host arrays may die right after
   }
 
@@ -199,11 +258,54 @@ class EngineState {
     registry.set_loaded(i, step);  // the weights may be loaded before or after this
   }
 
+  /// An element of a remainder-kept master loaded from a file, whose param may come rounded
+  /// to even (weights saved beside an fp32 master): see write().
+  struct TieFix {
+    std::int64_t element;
+    float master;
+  };
+  /// Whether a param that reads `param` now takes the loaded master `master` (its weights are
+  /// those saved with it, rounded to even), not the one its remainder gives.
+  static bool takes_tie(bfloat16 param, float master) {
+    return param.bits == bfloat16::from_float(master).bits;
+  }
+  /// The loaded elements of entry i still to settle (see write()).
+  const std::vector<TieFix>& ties_of(std::size_t i) const {
+    static const std::vector<TieFix> none;
+    const auto it = ties_.find(i);
+    return it == ties_.end() ? none : it->second;
+  }
+  /// Before the update of the entries with updated(i): each loaded element whose param
+  /// holds the file's weights rounded to even gets the param its master splits into, so the
+  /// update starts from the loaded master. Blocks (only after a load that had such ties:
+  /// about one element in 131,072).
+  template <class Exec, class Updated>
+  void settle_ties(const Exec& exec, const ParamRegistry& registry, Updated&& updated) {
+    if (ties_.empty()) return;
+    fence(exec, label_ + "::settle_ties");  // updates enqueued before may write the params
+    for (auto it = ties_.begin(); it != ties_.end();) {
+      if (!updated(it->first)) {
+        ++it;
+        continue;
+      }
+      auto* param = static_cast<unsigned char*>(registry[it->first].param.data);
+      const MemorySpace space = registry[it->first].param.space;
+      for (const TieFix& t : it->second) {
+        bfloat16 p;
+        copy_bytes(&p, MemorySpace::host, param + 2 * t.element, space, 2);
+        if (!takes_tie(p, t.master)) continue;  // other weights: the remainder follows them
+        p = split_master(t.master).param;
+        copy_bytes(param + 2 * t.element, space, &p, MemorySpace::host, 2);
+      }
+      it = ties_.erase(it);
+    }
+  }
+
   /// Bytes of the arrays and masters.
   std::size_t bytes() const {
     std::size_t floats = master_.span();
     for (const FloatView& a : arrays_) floats += a.span();
-    return sizeof(float) * floats;
+    return sizeof(float) * floats + sizeof(std::uint16_t) * remainder_.span();
   }
 
  private:
@@ -211,11 +313,18 @@ class EngineState {
       Kokkos::View<float*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
   using ConstHostFloats =
       Kokkos::View<const float*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+  using HostRemainders =
+      Kokkos::View<std::uint16_t*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+  using ConstHostRemainders = Kokkos::View<const std::uint16_t*, Kokkos::HostSpace,
+                                           Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
 
   std::string label_;
   Masters masters_;
+  MasterStorage form_;
   std::array<FloatView, Policy::num_arrays> arrays_;  ///< Policy::array_names
-  FloatView master_;
+  FloatView master_;          ///< MasterStorage::f32
+  RemainderView remainder_;   ///< MasterStorage::remainder
+  std::unordered_map<std::size_t, std::vector<TieFix>> ties_;  ///< per entry, see write()
 };
 
 }  // namespace kopt::Impl

@@ -41,11 +41,13 @@ SpaceMask reachable_spaces() {
 
 template <class ExecSpace, class Policy>
 FusedOptimizer<ExecSpace, Policy>::FusedOptimizer(const ExecSpace& exec, const Config& config,
-                                                  std::string label)
+                                                  std::string label, MasterStorage masters)
     : exec_(exec),
       label_(std::move(label)),
       registry_(Impl::reachable_spaces<ExecSpace>(), label_),
-      state_(label_, Impl::Masters::of_16_bit_params) {
+      state_(label_, Impl::Masters::of_16_bit_params, masters) {
+  KOPT_THROW_IF(masters != MasterStorage::f32 && masters != MasterStorage::remainder,
+                label_ << ": invalid MasterStorage " << static_cast<int>(masters));
   registry_.add_group(config);
 }
 
@@ -57,6 +59,10 @@ std::size_t FusedOptimizer<ExecSpace, Policy>::add_group(const Config& config) {
 template <class ExecSpace, class Policy>
 void FusedOptimizer<ExecSpace, Policy>::add(const std::string& name, const Tensor& param,
                                             const Tensor& grad, std::size_t group) {
+  KOPT_THROW_IF(state_.remainders() && param.dtype != DType::bf16 && param.dtype != DType::f32,
+                label_ << ": parameter '" << name << "' is " << name_of(param.dtype)
+                       << ": masters kept as remainders (MasterStorage::remainder) need bf16 "
+                       << "params (or f32 ones, which are their own masters)");
   registry_.add(name, param, grad, group);
 }
 
@@ -143,12 +149,34 @@ void FusedOptimizer<ExecSpace, Policy>::build_sync_(const std::vector<std::size_
 
 template <class ExecSpace, class Policy>
 typename FusedOptimizer<ExecSpace, Policy>::FloatView
-FusedOptimizer<ExecSpace, Policy>::synced_master_(const Impl::ParamEntry& e) {
+FusedOptimizer<ExecSpace, Policy>::synced_master_(std::size_t i) {
+  const Impl::ParamEntry& e = registry_[i];
   // Computed aside: the engine's master stays as it is until the param's next update, so
   // weights written after this call still count.
   Impl::allocation_point();
   FloatView out(Kokkos::view_alloc(Kokkos::WithoutInitializing, label_ + "::synced_master"),
                 static_cast<std::size_t>(e.param.numel));
+  if (state_.remainders()) {  // the param and its remainder, joined
+    Kokkos::parallel_for(
+        label_ + "::joined_master",
+        Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>(exec_, 0, e.param.numel),
+        Impl::JoinSpanFunctor{static_cast<const bfloat16*>(e.param.data),
+                              state_.remainder().data() + e.master_offset, out.data()});
+    const auto& ties = state_.ties_of(i);
+    if (!ties.empty()) Impl::fence(exec_, label_ + "::joined_master");
+    for (const auto& t : ties) {  // as the next update will take them (settle_ties)
+      bfloat16 p;
+      Impl::copy_bytes(&p, MemorySpace::host,
+                       static_cast<const bfloat16*>(e.param.data) + t.element, e.param.space,
+                       sizeof p);
+      if (!state_.takes_tie(p, t.master)) continue;
+      const auto at = static_cast<std::size_t>(t.element);
+      Kokkos::deep_copy(exec_, Kokkos::subview(out, std::make_pair(at, at + 1)),
+                        Kokkos::View<const float*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(
+                            &t.master, 1));
+    }
+    return out;
+  }
   Impl::visit_update_dtype(e.param.dtype, [&](auto param_type) {
     using ParamT = decltype(param_type);
     if constexpr (!std::is_same_v<ParamT, float>)
@@ -212,7 +240,8 @@ void FusedOptimizer<ExecSpace, Policy>::build_plan_() {
   std::vector<std::size_t>& sync = next_sync_;
   sync.clear();
   for (std::size_t i = 0; i < registry_.size(); ++i)
-    if (signature_[i] > 0 && registry_.sync_master(i) && registry_[i].master_offset >= 0)
+    if (signature_[i] > 0 && registry_.sync_master(i) && registry_[i].master_offset >= 0 &&
+        !state_.remainders())  // a param is half of its master: always in sync
       sync.push_back(i);
   if (sync != sync_entries_) build_sync_(sync);
   fill_slots_();
@@ -251,9 +280,11 @@ void FusedOptimizer<ExecSpace, Policy>::step(double grad_scale) {
   // leaves the masters as they were, so weights written after it still count.
   for (const SyncTable& t : sync_tables_)
     Impl::launch_sync(exec_, label_ + "::sync_master", t.dtype, slots_, t.chunks);
+  state_.settle_ties(exec_, registry_, [&](std::size_t i) { return signature_[i] > 0; });
   for (const KernelClass& kc : classes_)
-    Impl::launch_update<ExecSpace, Policy>(exec_, label_ + "::update", kc.key.param, kc.key.grad,
-                                           kc.key.variant, slots_, scalars_, kc.chunks);
+    Impl::launch_update<ExecSpace, Policy>(
+        exec_, label_ + "::update", kc.key.param, kc.key.grad, kc.key.variant,
+        state_.remainders() && kc.key.param == DType::bf16, slots_, scalars_, kc.chunks);
   for (const std::size_t i : updated_) registry_.advance(i);  // the master leads from now on
   for (ScalarSet& set : sets_) ++set.step;  // its params all stepped: still one row
   // Every synced entry was just updated: the next step syncs none of them (the plan stays
@@ -286,8 +317,8 @@ typename FusedOptimizer<ExecSpace, Policy>::State FusedOptimizer<ExecSpace, Poli
   for (std::size_t k = 0; k < Policy::num_arrays; ++k)
     if (state_.array(k).extent(0) > 0)
       s.arrays[k] = Kokkos::subview(state_.array(k), range(e.state_offset, e.param.numel));
-  if (e.master_offset >= 0 && registry_.sync_master(i))
-    s.master = synced_master_(e);
+  if (e.master_offset >= 0 && (registry_.sync_master(i) || state_.remainders()))
+    s.master = synced_master_(i);
   else if (e.master_offset >= 0)
     s.master = Kokkos::subview(state_.master(), range(e.master_offset, e.param.numel));
   s.step = registry_.step(i);

@@ -30,21 +30,22 @@ using StateArrays = std::array<T*, kStateSlots>;
 /// on the 2-core EPYC, 1 thread, fp32 at 2^24: 22-24 GB/s without, 30-31 GB/s with.
 inline constexpr std::size_t state_stagger_floats = 272;
 
-/// `old` (state array `which`) grown to n elements (returned as it is when it has them): a new
+/// `old` (state array `which`, of floats or 16-bit remainders) grown to n elements (returned as it is when it has them): a new
 /// array, advised onto huge pages before its first touch when it is host memory, zero-filled on
 /// `exec` (so the threads that update a page touch it first, and fresh state starts at 0), then
 /// `old` copied in. A failure leaves `old` as it was.
 template <class View, class Exec>
 View grow_state_array(const Exec& exec, const View& old, std::int64_t n, const std::string& label,
                       StateArray which) {
+  using T = typename View::non_const_value_type;
   if (static_cast<std::int64_t>(old.extent(0)) == n) return old;
   allocation_point();
-  const std::size_t pad = which * state_stagger_floats;
+  const std::size_t pad = which * state_stagger_floats * sizeof(float) / sizeof(T);
   const auto count = static_cast<std::size_t>(n);
   View whole(Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, label), pad + count);
   if constexpr (std::is_same_v<typename View::memory_space, Kokkos::HostSpace>)
-    advise_huge_pages(whole.data(), whole.span() * sizeof(float));
-  Kokkos::deep_copy(exec, whole, 0.0f);
+    advise_huge_pages(whole.data(), whole.span() * sizeof(T));
+  Kokkos::deep_copy(exec, whole, T{});
   View grown = Kokkos::subview(whole, std::make_pair(pad, pad + count));
   if (old.extent(0) > 0)
     Kokkos::deep_copy(exec, Kokkos::subview(grown, std::make_pair(std::size_t{0}, old.extent(0))),

@@ -17,6 +17,7 @@
 #include <kopt/compat.hpp>
 #include <kopt/impl/f16_blocks.hpp>
 #include <kopt/impl/fault_injection.hpp>
+#include <kopt/impl/param_remainder.hpp>
 #include <kopt/impl/policy.hpp>
 #include <kopt/storage_types.hpp>
 #include <kopt/tensor.hpp>
@@ -32,6 +33,7 @@ struct UpdateSlot {
   void* param = nullptr;                ///< ParamT*
   const void* grad = nullptr;           ///< GradT*
   float* master = nullptr;              ///< fp32 master of a 16-bit param, else null
+  std::uint16_t* remainder = nullptr;   ///< or its remainder (MasterStorage::remainder)
   float* state[max_state_arrays] = {};  ///< the policy's arrays; null where not kept
   std::int32_t scalar_set = 0;          ///< row of the launch's step-scalar table
   DType grad_dtype = DType::f32;        ///< for the norm, which reads grads of every dtype at once
@@ -73,14 +75,23 @@ Kokkos::View<Chunk*, typename ExecSpace::memory_space> upload_chunks(
   return dev;
 }
 
+/// A 16-bit param's master as the update kernels get it: an fp32 copy (MasterT = float) or
+/// a remainder that, with the bf16 param, holds it exactly (MasterT = std::uint16_t).
+template <class ParamT, class MasterT>
+inline constexpr bool valid_master_form =
+    std::is_same_v<MasterT, float> ||
+    (std::is_same_v<MasterT, std::uint16_t> && std::is_same_v<ParamT, bfloat16>);
+
 /// One element of the fused update: widen, update (on the master for 16-bit params), round
 /// back once. s0..s2 are the policy's state arrays (only those variant V keeps are touched).
-template <class Policy, int V, class ParamT, class GradT>
+template <class Policy, int V, class ParamT, class GradT, class MasterT>
 KOKKOS_FORCEINLINE_FUNCTION void fused_element(std::int64_t i, ParamT* KOPT_RESTRICT param,
                                                const GradT* KOPT_RESTRICT grad,
-                                               float* KOPT_RESTRICT master, float* KOPT_RESTRICT s0,
-                                               float* KOPT_RESTRICT s1, float* KOPT_RESTRICT s2,
+                                               MasterT* KOPT_RESTRICT master,
+                                               float* KOPT_RESTRICT s0, float* KOPT_RESTRICT s1,
+                                               float* KOPT_RESTRICT s2,
                                                const typename Policy::Scalars& s) {
+  static_assert(valid_master_form<ParamT, MasterT>);
   constexpr unsigned kept = Policy::arrays_of(V);
   float unused0 = 0.0f, unused1 = 0.0f, unused2 = 0.0f;
   float& a0 = (kept & 1u) ? s0[i] : unused0;
@@ -88,6 +99,11 @@ KOKKOS_FORCEINLINE_FUNCTION void fused_element(std::int64_t i, ParamT* KOPT_REST
   float& a2 = (kept & 4u) ? s2[i] : unused2;
   if constexpr (std::is_same_v<ParamT, float>) {
     param[i] = Policy::template update<V>(param[i], to_float(grad[i]), a0, a1, a2, s);
+  } else if constexpr (std::is_same_v<MasterT, std::uint16_t>) {
+    const float w = join_master(param[i], master[i]);
+    const SplitMaster p = split_master(Policy::template update<V>(w, to_float(grad[i]), a0, a1, a2, s));
+    param[i] = p.param;
+    master[i] = p.remainder;
   } else {
     const float p = Policy::template update<V>(master[i], to_float(grad[i]), a0, a1, a2, s);
     master[i] = p;
@@ -103,9 +119,9 @@ inline constexpr std::int64_t update_prefetch_elements = 512;
 inline constexpr int update_prefetch_stride = 16;
 
 /// Prefetches element i + update_prefetch_elements of each array the update streams.
-template <class Policy, int V, class ParamT, class GradT>
+template <class Policy, int V, class ParamT, class GradT, class MasterT>
 KOKKOS_FORCEINLINE_FUNCTION void prefetch_update(std::int64_t i, const ParamT* param,
-                                                 const GradT* grad, const float* master,
+                                                 const GradT* grad, const MasterT* master,
                                                  const float* s0, const float* s1,
                                                  const float* s2) {
   constexpr unsigned kept = Policy::arrays_of(V);
@@ -122,11 +138,11 @@ KOKKOS_FORCEINLINE_FUNCTION void prefetch_update(std::int64_t i, const ParamT* p
 /// so GCC vectorizes it whatever it would otherwise be inlined into (inlined into the Serial
 /// backend's loop, GCC 12 gave up on it). Blocks of 16 elements, each after a prefetch of
 /// the lines 512 elements ahead; the block's loop vectorizes like the whole one did.
-template <class Policy, int V, class ParamT, class GradT>
+template <class Policy, int V, class ParamT, class GradT, class MasterT>
 KOPT_LOOP_FUNCTION void fused_host_loop(std::int64_t begin, std::int64_t end,
                                         ParamT* KOPT_RESTRICT param,
                                         const GradT* KOPT_RESTRICT grad,
-                                        float* KOPT_RESTRICT master, float* KOPT_RESTRICT s0,
+                                        MasterT* KOPT_RESTRICT master, float* KOPT_RESTRICT s0,
                                         float* KOPT_RESTRICT s1, float* KOPT_RESTRICT s2,
                                         const typename Policy::Scalars s) {
   constexpr unsigned kept = Policy::arrays_of(V);
@@ -134,10 +150,12 @@ KOPT_LOOP_FUNCTION void fused_host_loop(std::int64_t begin, std::int64_t end,
 #ifdef KOPT_HAVE_F16C
   // float16 params or grads: blocks of 16 with the CPU's conversions (f16_blocks.hpp); the
   // update itself is the same expression on the same floats, so only the conversions differ.
-  if constexpr (std::is_same_v<ParamT, float16> || std::is_same_v<GradT, float16>) {
+  // (Never with remainders: those are of bf16 params, whose f16 grads take the loop below.)
+  if constexpr ((std::is_same_v<ParamT, float16> || std::is_same_v<GradT, float16>) &&
+                std::is_same_v<MasterT, float>) {
     static_assert(f16_block == update_prefetch_stride);
     for (; i + f16_block <= end; i += f16_block) {
-      prefetch_update<Policy, V, ParamT, GradT>(i, param, grad, master, s0, s1, s2);
+      prefetch_update<Policy, V, ParamT, GradT, MasterT>(i, param, grad, master, s0, s1, s2);
       float g[f16_block], p[f16_block];
       widen_block(grad + i, g);
       for (int k = 0; k < f16_block; ++k) {
@@ -163,17 +181,17 @@ KOPT_LOOP_FUNCTION void fused_host_loop(std::int64_t begin, std::int64_t end,
     // 1 thread, the 2-core EPYC). A 16-bit param's master is state enough: plain SGD bf16
     // went 0.82 -> 1.15 of its ceiling with them (2^26, 1 and 2 threads, 2-core Xeon).
     if constexpr (kept != 0 || !std::is_same_v<ParamT, float>)
-      prefetch_update<Policy, V, ParamT, GradT>(i, param, grad, master, s0, s1, s2);
+      prefetch_update<Policy, V, ParamT, GradT, MasterT>(i, param, grad, master, s0, s1, s2);
     for (int k = 0; k < update_prefetch_stride; ++k)
-      fused_element<Policy, V, ParamT, GradT>(i + k, param, grad, master, s0, s1, s2, s);
+      fused_element<Policy, V, ParamT, GradT, MasterT>(i + k, param, grad, master, s0, s1, s2, s);
   }
   for (; i < end; ++i)
-    fused_element<Policy, V, ParamT, GradT>(i, param, grad, master, s0, s1, s2, s);
+    fused_element<Policy, V, ParamT, GradT, MasterT>(i, param, grad, master, s0, s1, s2, s);
 }
 
-/// The fused update of every chunk in `chunks_`; the policy's variant V and ParamT/GradT are
-/// chosen once on the host, so the element loop has no branch on dtype or variant.
-template <class ExecSpace, class Policy, int V, class ParamT, class GradT>
+/// The fused update of every chunk in `chunks_`; the policy's variant V, ParamT/GradT and the
+/// master's form are chosen once on the host, so the element loop has no branch on them.
+template <class ExecSpace, class Policy, int V, class ParamT, class GradT, class MasterT>
 struct FusedUpdateFunctor {
   using memory_space = typename ExecSpace::memory_space;
   using Scalars = typename Policy::Scalars;
@@ -185,9 +203,9 @@ struct FusedUpdateFunctor {
   KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t c) const {
     const Chunk chunk = chunks_(c);
     const UpdateSlot& slot = slots_(chunk.slot);
-    fused_host_loop<Policy, V, ParamT, GradT>(
+    fused_host_loop<Policy, V, ParamT, GradT, MasterT>(
         chunk.begin, chunk.end, static_cast<ParamT*>(slot.param),
-        static_cast<const GradT*>(slot.grad), slot.master, slot.state[0], slot.state[1],
+        static_cast<const GradT*>(slot.grad), master_of(slot), slot.state[0], slot.state[1],
         slot.state[2], scalars_(slot.scalar_set));
   }
 
@@ -198,9 +216,16 @@ struct FusedUpdateFunctor {
     const UpdateSlot& slot = slots_(chunk.slot);
     const Scalars s = scalars_(slot.scalar_set);
     for (std::int64_t i = chunk.begin + team.team_rank(); i < chunk.end; i += team.team_size())
-      fused_element<Policy, V, ParamT, GradT>(i, static_cast<ParamT*>(slot.param),
-                                              static_cast<const GradT*>(slot.grad), slot.master,
-                                              slot.state[0], slot.state[1], slot.state[2], s);
+      fused_element<Policy, V, ParamT, GradT, MasterT>(
+          i, static_cast<ParamT*>(slot.param), static_cast<const GradT*>(slot.grad),
+          master_of(slot), slot.state[0], slot.state[1], slot.state[2], s);
+  }
+
+  KOKKOS_FORCEINLINE_FUNCTION static MasterT* master_of(const UpdateSlot& slot) {
+    if constexpr (std::is_same_v<MasterT, float>)
+      return slot.master;
+    else
+      return slot.remainder;
   }
 };
 
@@ -245,10 +270,15 @@ void visit_update_dtype(DType dtype, F&& f) {
 /// have written the param: the master itself where it rounds to the param (the update's own
 /// round to nearest even; bit patterns compared, so -0, Inf and NaN count exactly), else the
 /// param widened. A checkpoint's fp32 master thus survives its own weights being loaded again,
-/// and new weights win wherever they differ.
+/// and new weights win wherever they differ. A bf16 param also keeps a master whose tie it
+/// rounds toward the truncation: weights saved beside remainder-kept masters
+/// (MasterStorage::remainder, kopt/impl/param_remainder.hpp).
 template <class ParamT>
 KOKKOS_FORCEINLINE_FUNCTION float synced_master(float master, ParamT param) {
-  return from_float<ParamT>(master).bits == param.bits ? master : to_float(param);
+  bool keep = from_float<ParamT>(master).bits == param.bits;
+  if constexpr (std::is_same_v<ParamT, bfloat16>)
+    keep = keep || split_master(master).param.bits == param.bits;
+  return keep ? master : to_float(param);
 }
 
 /// out[i] = synced_master(master[i], param[i]) over one span (out may be master): for a
@@ -260,6 +290,16 @@ struct SyncSpanFunctor {
   float* out;
   KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t i) const {
     out[i] = synced_master(master[i], param[i]);
+  }
+};
+
+/// out[i] = the master that bf16 param[i] and remainder[i] hold, over one span.
+struct JoinSpanFunctor {
+  const bfloat16* param;
+  const std::uint16_t* remainder;
+  float* out;
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t i) const {
+    out[i] = join_master(param[i], remainder[i]);
   }
 };
 
@@ -313,11 +353,13 @@ void visit_variant(int variant, F&& f) {
   }
 }
 
-/// Launches the fused update of `chunks` for one kernel class: the dtypes and the policy's
-/// variant are chosen here, once, so the element loop has no branch on them.
+/// Launches the fused update of `chunks` for one kernel class: the dtypes, the policy's
+/// variant and the masters' form (`remainders`: bf16 params whose masters are remainders)
+/// are chosen here, once, so the element loop has no branch on them.
 template <class ExecSpace, class Policy>
 void launch_update(
     const ExecSpace& exec, const std::string& label, DType param, DType grad, int variant,
+    bool remainders,
     const Kokkos::View<const UpdateSlot*, typename ExecSpace::memory_space>& slots,
     const Kokkos::View<const typename Policy::Scalars*, typename ExecSpace::memory_space>& scalars,
     const Kokkos::View<const Chunk*, typename ExecSpace::memory_space>& chunks) {
@@ -327,9 +369,18 @@ void launch_update(
       visit_variant<Policy>(variant, [&](auto v) {
         using P = decltype(param_type);
         using G = decltype(grad_type);
+        constexpr int V = decltype(v)::value;
+        if constexpr (std::is_same_v<P, bfloat16>) {
+          if (remainders)
+            return launch_chunks(
+                exec, label, n,
+                FusedUpdateFunctor<ExecSpace, Policy, V, P, G, std::uint16_t>{slots, scalars,
+                                                                              chunks});
+        }
+        assert(!remainders && "kopt: remainders are of bf16 params only");
         launch_chunks(exec, label, n,
-                      FusedUpdateFunctor<ExecSpace, Policy, decltype(v)::value, P, G>{
-                          slots, scalars, chunks});
+                      FusedUpdateFunctor<ExecSpace, Policy, V, P, G, float>{slots, scalars,
+                                                                            chunks});
       });
     });
   });
