@@ -90,6 +90,20 @@ kopt_status kopt_groups_add_group_config(kopt_groups* groups, const kopt_config*
   });
 }
 
+kopt_status kopt_groups_set_master(kopt_groups* groups, size_t group, const char* master) {
+  return guard([&] {
+    auto& g = deref(groups, "groups");
+    KOPT_THROW_IF(group >= g.groups.size(), "kopt C API: group " << group << " does not exist ("
+                                                                 << g.groups.size() << " groups)");
+    KOPT_THROW_IF(master == nullptr, "kopt C API: master is NULL");
+    const std::string name = master;
+    KOPT_THROW_IF(name != "f32" && name != "remainder",
+                  "kopt C API: master '" << name << "' is none of \"f32\", \"remainder\"");
+    g.groups[group].set_master(name == "f32" ? kopt::MasterStorage::f32
+                                             : kopt::MasterStorage::remainder);
+  });
+}
+
 kopt_status kopt_get_group_config(kopt_optimizer* optimizer, size_t group, kopt_config** config) {
   return guard([&] {
     deref(config, "config");

@@ -183,6 +183,36 @@ std::vector<Row> rows() {
          kopt_groups_destroy(g);
          return s;
        }},
+      {"set_master NULL groups", invalid, "groups is NULL",
+       [](O) { return kopt_groups_set_master(nullptr, 0, "remainder"); }},
+      {"set_master NULL master", invalid, "master is NULL",
+       [](O) {
+         kopt_groups* g = nullptr;
+         kopt_groups_create(&g);
+         const kopt_adam_config c = default_config();
+         kopt_groups_add_group(g, &c, 0, nullptr);
+         const kopt_status s = kopt_groups_set_master(g, 0, nullptr);
+         kopt_groups_destroy(g);
+         return s;
+       }},
+      {"set_master unknown form", invalid, "master 'fp8' is none of",
+       [](O) {
+         kopt_groups* g = nullptr;
+         kopt_groups_create(&g);
+         const kopt_adam_config c = default_config();
+         kopt_groups_add_group(g, &c, 0, nullptr);
+         const kopt_status s = kopt_groups_set_master(g, 0, "fp8");
+         kopt_groups_destroy(g);
+         return s;
+       }},
+      {"set_master unknown group", invalid, "group 0 does not exist",
+       [](O) {
+         kopt_groups* g = nullptr;
+         kopt_groups_create(&g);
+         const kopt_status s = kopt_groups_set_master(g, 0, "f32");
+         kopt_groups_destroy(g);
+         return s;
+       }},
       {"add_param NULL name", invalid, "name is NULL",
        [](O) { return add_param(nullptr, memory, KOPT_F32, 4); }},
       {"add_param empty name", invalid, "non-empty name",

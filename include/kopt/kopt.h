@@ -104,6 +104,10 @@ kopt_status kopt_groups_add_group(kopt_groups* groups, const kopt_adam_config* c
 /* The same for a group of any algorithm (validated first). */
 kopt_status kopt_groups_add_group_config(kopt_groups* groups, const kopt_config* config,
                                          int32_t host_state, size_t* index);
+/* How group `group` keeps the fp32 masters of its 16-bit params (kopt::MasterStorage):
+ * "f32" (the default: a 4-byte copy) or "remainder" (bf16 params only: the param and a
+ * 2-byte remainder hold the master exactly; not with host_state = 1). */
+kopt_status kopt_groups_set_master(kopt_groups* groups, size_t group, const char* master);
 kopt_status kopt_groups_add_param(kopt_groups* groups, size_t group, const char* name, void* param,
                                   kopt_dtype param_dtype, void* grad, kopt_dtype grad_dtype,
                                   int64_t numel, kopt_memory_space space);

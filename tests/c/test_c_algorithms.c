@@ -2,6 +2,7 @@
  * one optimizer, schedules on either, and bad names or values refused, changing nothing. */
 #include <kopt/kopt.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -89,6 +90,46 @@ int main(void) {
 
   kopt_optimizer_destroy(opt);
   kopt_groups_destroy(groups);
+
+  /* Masters kept as remainders: bf16 params step exactly as with fp32 masters (no element
+   * of these is a tie); bad names, groups and placements refused, naming them. */
+  static uint16_t ra[N], rb[N], rg[N], half[N];
+  for (int i = 0; i < N; ++i) {
+    float f = 0.25f + (float)i / 7, gr = 0.5f - (float)i / N;
+    uint32_t u, v;
+    memcpy(&u, &f, 4);
+    memcpy(&v, &gr, 4);
+    ra[i] = rb[i] = (uint16_t)(u >> 16);
+    rg[i] = (uint16_t)(v >> 16);
+  }
+  kopt_config* adam_config = NULL;
+  CHECK(kopt_config_create("adam", &adam_config) == KOPT_OK);
+  CHECK(kopt_groups_create(&groups) == KOPT_OK);
+  CHECK(kopt_groups_add_group_config(groups, adam_config, 0, NULL) == KOPT_OK);
+  CHECK(kopt_groups_add_group_config(groups, adam_config, 0, NULL) == KOPT_OK);
+  CHECK(kopt_groups_add_group_config(groups, adam_config, 1, NULL) == KOPT_OK);
+  CHECK(kopt_groups_set_master(groups, 0, "fp8") == KOPT_ERROR_INVALID_ARGUMENT);
+  CHECK(strstr(kopt_last_error(), "fp8") != NULL);
+  CHECK(kopt_groups_set_master(groups, 3, "remainder") == KOPT_ERROR_INVALID_ARGUMENT);
+  CHECK(strstr(kopt_last_error(), "group 3") != NULL);
+  CHECK(kopt_groups_set_master(groups, 0, NULL) == KOPT_ERROR_INVALID_ARGUMENT);
+  CHECK(kopt_groups_set_master(groups, 2, "remainder") == KOPT_ERROR_INVALID_ARGUMENT);
+  CHECK(strstr(kopt_last_error(), "StatePlacement::host") != NULL);
+  CHECK(kopt_groups_set_master(groups, 0, "remainder") == KOPT_OK);
+  CHECK(kopt_groups_set_master(groups, 1, "f32") == KOPT_OK);
+  CHECK(kopt_groups_add_param(groups, 0, "a", ra, KOPT_BF16, rg, KOPT_BF16, N, KOPT_HOST) == KOPT_OK);
+  CHECK(kopt_groups_add_param(groups, 1, "b", rb, KOPT_BF16, rg, KOPT_BF16, N, KOPT_HOST) == KOPT_OK);
+  CHECK(kopt_optimizer_create(groups, NULL, &opt) == KOPT_OK);
+  for (int s = 0; s < 5; ++s) CHECK(kopt_step(opt, NULL) == KOPT_OK);
+  CHECK(memcmp(ra, rb, sizeof ra) == 0);
+  CHECK(ra[0] != (uint16_t)0x3e80); /* they moved (0.25 was 0x3e80) */
+  kopt_optimizer_destroy(opt);
+  CHECK(kopt_groups_add_param(groups, 0, "h", half, KOPT_F16, rg, KOPT_BF16, N, KOPT_HOST) == KOPT_OK);
+  opt = NULL;
+  CHECK(kopt_optimizer_create(groups, NULL, &opt) == KOPT_ERROR_INVALID_ARGUMENT && opt == NULL);
+  CHECK(strstr(kopt_last_error(), "'h' is f16") != NULL);
+  kopt_groups_destroy(groups);
+  kopt_config_destroy(adam_config);
   kopt_config_destroy(sgd);
   kopt_config_destroy(lion);
   CHECK(kopt_finalize() == KOPT_OK);
