@@ -1,8 +1,8 @@
 // The ceilings and the fused update on every enabled space. STREAM copy and triad first, then
-// each update variant (fp32; bf16 and fp16 params with fp32 masters; fp32 with amsgrad) at
-// sizes 2^16..2^26, every row timed beside the ceiling of its own access pattern and (host
-// spaces) the plain OpenMP loop of the same update: they alternate inside each iteration so
-// machine noise hits all.
+// each update variant (fp32; bf16 and fp16 params with fp32 masters; bf16 params with
+// remainder masters; fp32 with amsgrad) at sizes 2^16..2^26, every row timed beside the
+// ceiling of its own access pattern and (host spaces, fp32 masters) the plain OpenMP loop of
+// the same update: they alternate inside each iteration so machine noise hits all.
 #include <kopt/kopt.hpp>
 
 #include "ceiling.hpp"
@@ -75,6 +75,38 @@ void bm_update(benchmark::State& state) {
   if (loop) report_plain(state, plain_total, kopt_total);
 }
 
+// One tensor of n bf16 elements whose masters are remainders (MasterStorage::remainder):
+// 26 B/element against the 28 of an fp32 master, beside the ceiling of its own pattern.
+template <class ExecSpace>
+void bm_update_remainder(benchmark::State& state) {
+  using Mem = typename ExecSpace::memory_space;
+  using kopt::bfloat16;
+  const auto n = static_cast<std::int64_t>(state.range(0));
+  ExecSpace exec;
+  Kokkos::View<bfloat16*, Mem> param("kopt::perf::param", n), grad("kopt::perf::grad", n);
+  fill_random(param, 1);
+  fill_random(grad, 2);
+  kopt::FusedOptimizer<ExecSpace, kopt::Impl::AdamPolicy> opt(
+      exec, kopt::AdamConfig{}, "kopt::perf", kopt::MasterStorage::remainder);
+  opt.add("w", kopt::Tensor(param), kopt::Tensor(grad));
+  opt.step();  // allocates and first-touches the state, in parallel like every step
+  const auto s = opt.state("w");
+  const auto at = [&](std::size_t k) { return const_cast<float*>(s.arrays[k].data()); };
+  const UpdatePattern<bfloat16, bfloat16, adam_arrays(false), std::uint16_t> pattern{
+      param.data(), grad.data(), const_cast<std::uint16_t*>(s.remainder.data()), at(0), at(1),
+      nullptr};
+  run_pattern(exec, pattern, n);
+  double kopt_total = 0.0, ceiling_total = 0.0;
+  for (auto _ : state) {
+    ceiling_total += ceiling_seconds(exec, pattern, n);
+    const double t = seconds(exec, [&] { opt.step(); });
+    state.SetIterationTime(t);
+    kopt_total += t;
+  }
+  report(state, static_cast<double>(n), remainder_update_bytes<bfloat16>(adam_arrays(false)),
+         kopt_total, ceiling_total, exec.concurrency());
+}
+
 }  // namespace
 
 void register_update_benchmarks() {
@@ -96,6 +128,7 @@ void register_update_benchmarks() {
             : pow2_sizes({16, 18, 20, 22, 24, 26}, {16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26});
     add("adamw_fp32" + on, bm_update<S, float, float, false>, sizes);
     add("adamw_bf16_master" + on, bm_update<S, bfloat16, bfloat16, false>, sizes);
+    add("adamw_bf16_remainder" + on, bm_update_remainder<S>, sizes);
     if (few) return;
     add("adamw_fp16_master" + on, bm_update<S, float16, float16, false>, sizes);
     add("adamw_fp32_amsgrad" + on, bm_update<S, float, float, true>, sizes);

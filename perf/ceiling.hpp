@@ -16,6 +16,7 @@ namespace kopt_perf {
 // The value a pattern reads: the element itself, or a 16-bit element's bits (a conversion
 // would be arithmetic the ceiling must not pay).
 KOKKOS_FORCEINLINE_FUNCTION float raw_value(float x) { return x; }
+KOKKOS_FORCEINLINE_FUNCTION float raw_value(std::uint16_t x) { return static_cast<float>(x); }
 template <class T>
 KOKKOS_FORCEINLINE_FUNCTION float raw_value(T x) {
   return static_cast<float>(x.bits);
@@ -25,11 +26,12 @@ KOKKOS_FORCEINLINE_FUNCTION float raw_value(T x) {
 // k, as a policy keeps them: Adam 3, with amsgrad 7; SGD with momentum, Lion, Adagrad 1); c is
 // 0 at run time, which the compiler cannot know, so every value is kept. 16-bit params: the
 // master is read and written and the param only written (a truncation stands for the
-// rounding).
-template <class ParamT, class GradT, unsigned Arrays>
+// rounding); a master kept as a remainder (MasterT = std::uint16_t) is read and written
+// with the param, both read and written.
+template <class ParamT, class GradT, unsigned Arrays, class MasterT = float>
 KOKKOS_FORCEINLINE_FUNCTION void update_pattern(std::int64_t i, ParamT* KOPT_RESTRICT p,
                                                 const GradT* KOPT_RESTRICT g,
-                                                float* KOPT_RESTRICT w, float* KOPT_RESTRICT s0,
+                                                MasterT* KOPT_RESTRICT w, float* KOPT_RESTRICT s0,
                                                 float* KOPT_RESTRICT s1, float* KOPT_RESTRICT s2,
                                                 float c) {
   const float gi = c * raw_value(g[i]);
@@ -38,6 +40,10 @@ KOKKOS_FORCEINLINE_FUNCTION void update_pattern(std::int64_t i, ParamT* KOPT_RES
   if constexpr ((Arrays & 4u) != 0) s2[i] += gi;
   if constexpr (std::is_same_v<ParamT, float>) {
     p[i] += gi;
+  } else if constexpr (std::is_same_v<MasterT, std::uint16_t>) {
+    const std::uint32_t x = kopt::Impl::float_bits(raw_value(p[i]) + raw_value(w[i]) + gi);
+    w[i] = static_cast<std::uint16_t>(x);
+    p[i] = ParamT{static_cast<std::uint16_t>(x >> 16)};
   } else {
     const float x = w[i] + gi;
     w[i] = x;
@@ -51,10 +57,10 @@ KOKKOS_FORCEINLINE_FUNCTION void update_pattern(std::int64_t i, ParamT* KOPT_RES
 // machine and the pattern (2-core Xeon, 2^26: bf16 Adam 25.6 -> 28.0 GB/s with the requests,
 // 20-byte fp32 patterns 25.3 -> 24.2), so the ceiling is the faster of the two
 // (ceiling_seconds).
-template <bool Prefetch, class ParamT, class GradT, unsigned Arrays>
+template <bool Prefetch, class ParamT, class GradT, unsigned Arrays, class MasterT>
 KOPT_LOOP_FUNCTION void update_pattern_loop(std::int64_t begin, std::int64_t end,
                                             ParamT* KOPT_RESTRICT p, const GradT* KOPT_RESTRICT g,
-                                            float* KOPT_RESTRICT w, float* KOPT_RESTRICT s0,
+                                            MasterT* KOPT_RESTRICT w, float* KOPT_RESTRICT s0,
                                             float* KOPT_RESTRICT s1, float* KOPT_RESTRICT s2,
                                             float c) {
   using kopt::Impl::prefetch_ahead;
@@ -70,33 +76,33 @@ KOPT_LOOP_FUNCTION void update_pattern_loop(std::int64_t begin, std::int64_t end
       if constexpr ((Arrays & 2u) != 0) prefetch_ahead(s1, a);
       if constexpr ((Arrays & 4u) != 0) prefetch_ahead(s2, a);
       for (int k = 0; k < block; ++k)
-        update_pattern<ParamT, GradT, Arrays>(i + k, p, g, w, s0, s1, s2, c);
+        update_pattern<ParamT, GradT, Arrays, MasterT>(i + k, p, g, w, s0, s1, s2, c);
     }
   }
-  for (; i < end; ++i) update_pattern<ParamT, GradT, Arrays>(i, p, g, w, s0, s1, s2, c);
+  for (; i < end; ++i) update_pattern<ParamT, GradT, Arrays, MasterT>(i, p, g, w, s0, s1, s2, c);
 }
 
 /// The pattern of one fused update variant over the arrays of a tensor's state.
-template <class ParamT, class GradT, unsigned Arrays>
+template <class ParamT, class GradT, unsigned Arrays, class MasterT = float>
 struct UpdatePattern {
   ParamT* param;
   const GradT* grad;
-  float* master;  // 16-bit params only
+  MasterT* master;  // 16-bit params only
   float* s0;
   float* s1;
   float* s2;
   float c = 0.0f;
   bool prefetch = false;  // the host loop's form (update_pattern_loop)
   KOKKOS_INLINE_FUNCTION void element(std::int64_t i) const {
-    update_pattern<ParamT, GradT, Arrays>(i, param, grad, master, s0, s1, s2, c);
+    update_pattern<ParamT, GradT, Arrays, MasterT>(i, param, grad, master, s0, s1, s2, c);
   }
   KOKKOS_INLINE_FUNCTION void range(std::int64_t begin, std::int64_t end) const {
     if (prefetch)
-      update_pattern_loop<true, ParamT, GradT, Arrays>(begin, end, param, grad, master, s0, s1, s2,
-                                                       c);
+      update_pattern_loop<true, ParamT, GradT, Arrays, MasterT>(begin, end, param, grad, master,
+                                                                s0, s1, s2, c);
     else
-      update_pattern_loop<false, ParamT, GradT, Arrays>(begin, end, param, grad, master, s0, s1, s2,
-                                                        c);
+      update_pattern_loop<false, ParamT, GradT, Arrays, MasterT>(begin, end, param, grad, master,
+                                                                 s0, s1, s2, c);
   }
 };
 
@@ -184,8 +190,8 @@ void run_pattern(const ExecSpace& exec, const Pattern& pattern, std::int64_t n) 
 /// Seconds of an update pattern over n elements: on the host, the faster of its two loop forms
 /// (with and without software prefetch), each run once, so the ceiling is not a form kopt's
 /// own loop happens to beat; on devices, where prefetch_ahead is nothing, one run.
-template <class ExecSpace, class ParamT, class GradT, unsigned Arrays>
-double ceiling_seconds(const ExecSpace& exec, UpdatePattern<ParamT, GradT, Arrays> pattern,
+template <class ExecSpace, class ParamT, class GradT, unsigned Arrays, class MasterT>
+double ceiling_seconds(const ExecSpace& exec, UpdatePattern<ParamT, GradT, Arrays, MasterT> pattern,
                        std::int64_t n) {
   pattern.prefetch = false;
   const double plain = seconds(exec, [&] { run_pattern(exec, pattern, n); });

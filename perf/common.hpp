@@ -78,6 +78,15 @@ constexpr double update_bytes(unsigned arrays) {
   return sizeof(GradT) + state + param;
 }
 
+/// The same for a bf16 param whose master is a remainder (MasterStorage::remainder): grad
+/// read, param and remainder read and written, each state array read and written.
+template <class GradT>
+constexpr double remainder_update_bytes(unsigned arrays) {
+  // Both 2-byte halves of the master read and written: 8 B where an fp32 master and its
+  // written param take 10.
+  return update_bytes<float, GradT>(arrays);
+}
+
 /// The same for Adam (28 B for fp32 and for 16-bit params with masters; +8 with amsgrad).
 template <class ParamT, class GradT, bool Amsgrad>
 constexpr double update_bytes_per_element() {

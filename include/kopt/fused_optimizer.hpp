@@ -28,6 +28,8 @@ struct StateView {
   /// Empty for fp32 params; under MasterStorage::remainder, a copy joined from the param
   /// and its remainder.
   Kokkos::View<const float*, MemSpace> master;
+  /// The masters' remainders (MasterStorage::remainder; else empty): the engine's own array.
+  Kokkos::View<const std::uint16_t*, MemSpace> remainder;
   std::int64_t step = 0;                        ///< completed updates
 };
 

@@ -319,6 +319,8 @@ typename FusedOptimizer<ExecSpace, Policy>::State FusedOptimizer<ExecSpace, Poli
       s.arrays[k] = Kokkos::subview(state_.array(k), range(e.state_offset, e.param.numel));
   if (e.master_offset >= 0 && (registry_.sync_master(i) || state_.remainders()))
     s.master = synced_master_(i);
+  if (e.master_offset >= 0 && state_.remainders())
+    s.remainder = Kokkos::subview(state_.remainder(), range(e.master_offset, e.param.numel));
   else if (e.master_offset >= 0)
     s.master = Kokkos::subview(state_.master(), range(e.master_offset, e.param.numel));
   s.step = registry_.step(i);

@@ -101,9 +101,9 @@ KOKKOS_FORCEINLINE_FUNCTION void fused_element(std::int64_t i, ParamT* KOPT_REST
     param[i] = Policy::template update<V>(param[i], to_float(grad[i]), a0, a1, a2, s);
   } else if constexpr (std::is_same_v<MasterT, std::uint16_t>) {
     const float w = join_master(param[i], master[i]);
-    const SplitMaster p = split_master(Policy::template update<V>(w, to_float(grad[i]), a0, a1, a2, s));
-    param[i] = p.param;
-    master[i] = p.remainder;
+    const float p = Policy::template update<V>(w, to_float(grad[i]), a0, a1, a2, s);
+    param[i] = split_param(p);
+    master[i] = split_remainder(p);
   } else {
     const float p = Policy::template update<V>(master[i], to_float(grad[i]), a0, a1, a2, s);
     master[i] = p;
