@@ -30,16 +30,8 @@ void bm_algorithm(benchmark::State& state, Config config) {
   opt.step();  // allocates and first-touches the state, in parallel like every step
   const auto pattern =
       pattern_of<ParamT, ParamT, Arrays>(param.data(), grad.data(), opt.state("w"));
-  run_pattern(exec, pattern, n);
-  double kopt_total = 0.0, ceiling_total = 0.0;
-  for (auto _ : state) {
-    ceiling_total += ceiling_seconds(exec, pattern, n);
-    const double t = seconds(exec, [&] { opt.step(); });
-    state.SetIterationTime(t);
-    kopt_total += t;
-  }
-  report(state, static_cast<double>(n), update_bytes<ParamT, ParamT>(Arrays), kopt_total,
-         ceiling_total, exec.concurrency());
+  time_beside_ceiling(state, exec, pattern, n, update_bytes<ParamT, ParamT>(Arrays),
+                      [&] { opt.step(); });
 }
 
 template <class S, class Config, unsigned Arrays>

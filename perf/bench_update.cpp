@@ -95,16 +95,8 @@ void bm_update_remainder(benchmark::State& state) {
   const UpdatePattern<bfloat16, bfloat16, adam_arrays(false), std::uint16_t> pattern{
       param.data(), grad.data(), const_cast<std::uint16_t*>(s.remainder.data()), at(0), at(1),
       nullptr};
-  run_pattern(exec, pattern, n);
-  double kopt_total = 0.0, ceiling_total = 0.0;
-  for (auto _ : state) {
-    ceiling_total += ceiling_seconds(exec, pattern, n);
-    const double t = seconds(exec, [&] { opt.step(); });
-    state.SetIterationTime(t);
-    kopt_total += t;
-  }
-  report(state, static_cast<double>(n), remainder_update_bytes<bfloat16>(adam_arrays(false)),
-         kopt_total, ceiling_total, exec.concurrency());
+  time_beside_ceiling(state, exec, pattern, n,
+                      remainder_update_bytes<bfloat16>(adam_arrays(false)), [&] { opt.step(); });
 }
 
 }  // namespace

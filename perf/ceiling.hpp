@@ -203,6 +203,23 @@ double ceiling_seconds(const ExecSpace& exec, UpdatePattern<ParamT, GradT, Array
   }
 }
 
+/// A row of kopt's `step` beside the ceiling of `pattern` over n elements, alternating in
+/// every iteration, reported at `bytes_per_element`.
+template <class ExecSpace, class Pattern, class Step>
+void time_beside_ceiling(benchmark::State& state, const ExecSpace& exec, const Pattern& pattern,
+                         std::int64_t n, double bytes_per_element, Step&& step) {
+  run_pattern(exec, pattern, n);
+  double kopt_total = 0.0, ceiling_total = 0.0;
+  for (auto _ : state) {
+    ceiling_total += ceiling_seconds(exec, pattern, n);
+    const double t = seconds(exec, step);
+    state.SetIterationTime(t);
+    kopt_total += t;
+  }
+  report(state, static_cast<double>(n), bytes_per_element, kopt_total, ceiling_total,
+         exec.concurrency());
+}
+
 /// Read-only: the sum of a chunk of grads in 16 float lanes (vectorizes without
 /// reassociation), the pattern of the global grad norm. One partial per chunk.
 template <class GradT>

@@ -18,7 +18,6 @@ using namespace kopt_test;
 using kopt::DType;
 using kopt::MasterStorage;
 using kopt::Impl::split_master;
-using kopt::Impl::StateArray;
 
 std::vector<kopt::AlgorithmConfig> algorithms() {
   return {kopt::AdamConfig{.lr = 1e-3, .weight_decay = 0.01},
