@@ -87,7 +87,7 @@ void bm_update_remainder(benchmark::State& state) {
   fill_random(param, 1);
   fill_random(grad, 2);
   kopt::FusedOptimizer<ExecSpace, kopt::Impl::AdamPolicy> opt(
-      exec, kopt::AdamConfig{}, "kopt::perf", kopt::MasterStorage::remainder);
+      exec, kopt::AdamConfig{}, "kopt::perf", {.master = kopt::MasterStorage::remainder});
   opt.add("w", kopt::Tensor(param), kopt::Tensor(grad));
   opt.step();  // allocates and first-touches the state, in parallel like every step
   const auto s = opt.state("w");

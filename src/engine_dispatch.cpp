@@ -47,15 +47,17 @@ const char* engine_space_for(MemorySpace space) {
 }
 
 std::unique_ptr<Engine> make_engine(MemorySpace space, DType dtype,
-                                    const AlgorithmConfig& algorithm, MasterStorage masters) {
+                                    const AlgorithmConfig& algorithm, const StateStorage& storage) {
   const std::string where = engine_space_for(space);  // throws NotCompiled first
-  const std::string label = label_for(space, dtype, algorithm,
-                                      masters == MasterStorage::remainder ? ",remainder" : "");
+  std::string form;
+  if (storage.master == MasterStorage::remainder) form += ",remainder";
+  if (storage.arrays != DType::f32) form += std::string(",") + name_of(storage.arrays) + " state";
+  const std::string label = label_for(space, dtype, algorithm, form.c_str());
 #ifdef KOKKOS_ENABLE_CUDA
   if (where == Kokkos::Cuda::name())
-    return make_fused_engine(Kokkos::Cuda(), algorithm.index(), label, masters);
+    return make_fused_engine(Kokkos::Cuda(), algorithm.index(), label, storage);
 #endif
-  return make_fused_engine(HostExec(), algorithm.index(), label, masters);
+  return make_fused_engine(HostExec(), algorithm.index(), label, storage);
 }
 
 // src/offload_host.cpp

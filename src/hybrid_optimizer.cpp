@@ -65,7 +65,7 @@ HybridOptimizer::HybridOptimizer(std::vector<ParamGroup> groups, const HybridOpt
     const ParamSpec* spec;
     std::string space;  // the execution space serving the param's memory
     bool offloaded;
-    bool remainder;  // a bf16 param whose master is a remainder
+    StateStorage storage;  // of its engine
   };
   std::vector<Pending> pending;
   std::vector<std::size_t> candidates, candidate_bytes;  // for the offload rule
@@ -87,12 +87,15 @@ HybridOptimizer::HybridOptimizer(std::vector<ParamGroup> groups, const HybridOpt
                                                     << "(MasterStorage::remainder), which need "
                                                     << "bf16 params; parameter '" << p.name
                                                     << "' is f16");
+      // Its engine's storage form: remainders only for bf16 params (f32 ones are their
+      // own masters).
+      StateStorage storage = groups_[g].storage();
+      if (p.param.dtype != DType::bf16) storage.master = MasterStorage::f32;
       Pending item{g, &p, Impl::engine_space_for(p.param.space),  // NotCompiled if missing
-                   groups_[g].placement() == StatePlacement::host,
-                   remainder && p.param.dtype == DType::bf16};
-      // A remainder is half of a master that the other half (the param) must stay beside:
-      // such params are never offloaded.
-      if (!item.offloaded && !item.remainder && item.space != host_space) {
+                   groups_[g].placement() == StatePlacement::host, storage};
+      // Only fp32 state is offloaded (a remainder is half of a master whose other half, the
+      // param, stays on the device): other forms are never chosen.
+      if (!item.offloaded && item.storage == StateStorage{} && item.space != host_space) {
         candidates.push_back(pending.size());
         candidate_bytes.push_back(
             device_state_bytes(shards_->local_param(pending.size()), groups_[g].algorithm()));
@@ -104,8 +107,9 @@ HybridOptimizer::HybridOptimizer(std::vector<ParamGroup> groups, const HybridOpt
   for (std::size_t i = 0; i < candidates.size(); ++i)
     if (chosen[i]) pending[candidates[i]].offloaded = true;
 
-  // One engine per (execution space, dtype, offloaded, algorithm, remainder masters).
-  std::map<std::tuple<std::string, DType, bool, std::size_t, bool>, std::size_t> engine_of;
+  // One engine per (execution space, dtype, offloaded, algorithm, storage form).
+  std::map<std::tuple<std::string, DType, bool, std::size_t, MasterStorage, DType>, std::size_t>
+      engine_of;
   for (std::size_t ordinal = 0; ordinal < pending.size(); ++ordinal) {
     const Pending& item = pending[ordinal];
     const ParamSpec& p = *item.spec;
@@ -115,15 +119,14 @@ HybridOptimizer::HybridOptimizer(std::vector<ParamGroup> groups, const HybridOpt
     }
     const AlgorithmConfig& algorithm = groups_[item.group].algorithm();
     const auto key = std::make_tuple(item.space, p.param.dtype, item.offloaded, algorithm.index(),
-                                     item.remainder);
+                                     item.storage.master, item.storage.arrays);
     auto it = engine_of.find(key);
     if (it == engine_of.end()) {
       it = engine_of.emplace(key, engines_.size()).first;
       engines_.push_back(
           item.offloaded
               ? Impl::make_offload_engine(p.param.space, p.param.dtype, algorithm, options_.offload)
-              : Impl::make_engine(p.param.space, p.param.dtype, algorithm,
-                                  item.remainder ? MasterStorage::remainder : MasterStorage::f32));
+              : Impl::make_engine(p.param.space, p.param.dtype, algorithm, item.storage));
       engine_group_.emplace_back(groups_.size(), kNone);
       engine_params_.emplace_back();
     }

@@ -25,14 +25,36 @@ void ParamGroup::set_algorithm(const AlgorithmConfig& config) {
   config_ = config;
 }
 
+void validate(const StateStorage& storage) {
+  KOPT_THROW_IF(
+      storage.master != MasterStorage::f32 && storage.master != MasterStorage::remainder,
+      "StateStorage.master: invalid MasterStorage " << static_cast<int>(storage.master));
+  KOPT_THROW_IF(storage.arrays != DType::f32 && storage.arrays != DType::bf16,
+                "StateStorage.arrays = " << name_of(storage.arrays)
+                                         << " is not a state dtype kopt stores: f32 or bf16");
+}
+
 ParamGroup& ParamGroup::set_master(MasterStorage master) {
-  KOPT_THROW_IF(master != MasterStorage::f32 && master != MasterStorage::remainder,
-                "ParamGroup::set_master: invalid MasterStorage " << static_cast<int>(master));
+  StateStorage s = storage_;
+  s.master = master;
+  validate(s);
   KOPT_THROW_IF(master == MasterStorage::remainder && placement_ == StatePlacement::host,
                 "ParamGroup::set_master(remainder): a group with StatePlacement::host keeps "
                 "its masters apart from the params (their host copy), so they cannot be "
                 "remainders; use MasterStorage::f32 there");
-  master_ = master;
+  storage_ = s;
+  return *this;
+}
+
+ParamGroup& ParamGroup::set_state_dtype(DType dtype) {
+  StateStorage s = storage_;
+  s.arrays = dtype;
+  validate(s);
+  KOPT_THROW_IF(dtype != DType::f32 && placement_ == StatePlacement::host,
+                "ParamGroup::set_state_dtype(" << name_of(dtype) << "): the offload pipeline "
+                                               << "(StatePlacement::host) keeps f32 state arrays "
+                                               << "only, for now");
+  storage_ = s;
   return *this;
 }
 

@@ -19,19 +19,20 @@ struct AlgorithmWorld {
   std::unique_ptr<kopt::HybridOptimizer> opt;
   unsigned seed;
 
-  // Group g runs configs[g], offloaded (StatePlacement::host) where host_state[g], with
-  // masters kept as masters[g] (default MasterStorage::f32).
+  // Group g runs configs[g], offloaded (StatePlacement::host) where host_state[g], its
+  // state stored as storage[g] (default: fp32 masters and arrays).
   AlgorithmWorld(std::vector<kopt::AlgorithmConfig> cfgs, std::vector<ParamDef> ds,
                  const kopt::HybridOptions& options = {}, unsigned s = 11,
                  const std::vector<bool>& host_state = {},
-                 const std::vector<kopt::MasterStorage>& masters = {})
+                 const std::vector<kopt::StateStorage>& storage = {})
       : configs(std::move(cfgs)), defs(std::move(ds)), seed(s) {
     std::vector<kopt::ParamGroup> groups;
     for (std::size_t g = 0; g < configs.size(); ++g) {
       groups.emplace_back(configs[g], g < host_state.size() && host_state[g]
                                           ? kopt::StatePlacement::host
                                           : kopt::StatePlacement::with_params);
-      if (g < masters.size()) groups.back().set_master(masters[g]);
+      if (g < storage.size())
+        groups.back().set_master(storage[g].master).set_state_dtype(storage[g].arrays);
     }
     std::mt19937 rng(seed);
     for (std::size_t j = 0; j < defs.size(); ++j) {

@@ -82,7 +82,7 @@ TEST(RemainderMasters, MastersAreBitwiseThoseOfFp32MastersOver1000Steps) {
   for (const kopt::AlgorithmConfig& config : algorithms()) {
     SCOPED_TRACE(describe(config));
     AlgorithmWorld f({config}, defs(), {}, 5);
-    AlgorithmWorld r({config}, defs(), {}, 5, {}, {MasterStorage::remainder});
+    AlgorithmWorld r({config}, defs(), {}, 5, {}, {{.master = MasterStorage::remainder}});
     for (int s = 0; s < 1000; ++s) {
       f.set_grads(s);
       r.set_grads(s);
@@ -100,7 +100,7 @@ TEST(RemainderMasters, MastersAreBitwiseThoseOfFp32MastersOver1000Steps) {
 TEST(RemainderMasters, StateBytesCountTwoBytesPerMaster) {
   const kopt::AdamConfig adam;
   AlgorithmWorld f({adam}, defs(), {}, 5);
-  AlgorithmWorld r({adam}, defs(), {}, 5, {}, {MasterStorage::remainder});
+  AlgorithmWorld r({adam}, defs(), {}, 5, {}, {{.master = MasterStorage::remainder}});
   f.train(0, 1);
   r.train(0, 1);
   std::size_t bf16_elements = 0;  // padded to 16 per param, as the state is laid out
@@ -122,7 +122,7 @@ TEST(RemainderMasters, SaveAndLoadResumeBitwiseInEveryOrderAndAcrossForms) {
     for (const MasterStorage saved : {MasterStorage::remainder, MasterStorage::f32}) {
       SCOPED_TRACE(describe(config) + " saved from " + kopt::name_of(saved));
       TempDir dir;
-      AlgorithmWorld a({config}, defs(), {}, 6, {}, {saved});
+      AlgorithmWorld a({config}, defs(), {}, 6, {}, {{.master = saved}});
       a.train(0, 10);
       a.opt->save(dir.str("ckpt"));
       const auto weights = a.all_params();
@@ -132,7 +132,7 @@ TEST(RemainderMasters, SaveAndLoadResumeBitwiseInEveryOrderAndAcrossForms) {
         for (const bool weights_first : {true, false}) {
           SCOPED_TRACE(std::string("loaded into ") + kopt::name_of(loaded) +
                        (weights_first ? ", weights first" : ", weights after"));
-          AlgorithmWorld b({config}, defs(), {}, 6, {}, {loaded});
+          AlgorithmWorld b({config}, defs(), {}, 6, {}, {{.master = loaded}});
           const auto set_weights = [&] {
             for (std::size_t j = 0; j < b.defs.size(); ++j) b.params[j].set(weights[j]);
           };
@@ -146,7 +146,7 @@ TEST(RemainderMasters, SaveAndLoadResumeBitwiseInEveryOrderAndAcrossForms) {
           // The params follow b's own form: against a run of the other form.
           const MasterStorage other = loaded == MasterStorage::f32 ? MasterStorage::remainder
                                                                    : MasterStorage::f32;
-          AlgorithmWorld twin({config}, defs(), {}, 6, {}, {other});
+          AlgorithmWorld twin({config}, defs(), {}, 6, {}, {{.master = other}});
           twin.train(0, 20);
           if (loaded == MasterStorage::f32)
             expect_params_of_masters(b, twin, end);
@@ -166,8 +166,8 @@ TYPED_TEST(RemainderEngine, MatchesFp32MastersBitwiseOnEveryBackend) {
   using Space = TypeParam;
   using Opt = kopt::FusedOptimizer<Space, kopt::Impl::AdamPolicy>;
   const kopt::AdamConfig config{.lr = 1e-3, .weight_decay = 0.05};
-  Opt f(Space(), config, "f32"), r(Space(), config, "remainder", MasterStorage::remainder);
-  EXPECT_EQ(r.master_storage(), MasterStorage::remainder);
+  Opt f(Space(), config, "f32"), r(Space(), config, "remainder", {.master = MasterStorage::remainder});
+  EXPECT_EQ(r.storage().master, MasterStorage::remainder);
   const std::size_t sizes[] = {0, 1, 17, 100003};
   std::vector<SpaceArray<kopt::bfloat16, Space>> pf, pr, g;
   std::mt19937 rng(3);
@@ -230,7 +230,7 @@ TYPED_TEST(RemainderEngine, LoadedTiesTakeTheFileMasterWithEitherRounding) {
       for (const bool weights_first : {true, false}) {
         SCOPED_TRACE(std::string(kopt::name_of(form)) + (to_even ? ", even" : ", truncated") +
                      (weights_first ? ", weights first" : ", weights after"));
-        Opt opt(Space(), kopt::AdamConfig{.lr = 0.0}, "ties", form);  // lr 0: masters stay
+        Opt opt(Space(), kopt::AdamConfig{.lr = 0.0}, "ties", {.master = form});  // lr 0: masters stay
         SpaceArray<kopt::bfloat16, Space> p(n), g(n);
         opt.add("p", p.tensor(), g.tensor());
         opt.prepare_step();
@@ -284,7 +284,7 @@ TEST(RemainderMasters, BadInputIsRefusedNamingIt) {
                                      "parameter 'half' is f16");
 
   using Opt = kopt::FusedOptimizer<Kokkos::DefaultHostExecutionSpace, kopt::Impl::AdamPolicy>;
-  Opt opt(Kokkos::DefaultHostExecutionSpace(), {}, "engine", MasterStorage::remainder);
+  Opt opt(Kokkos::DefaultHostExecutionSpace(), {}, "engine", {.master = MasterStorage::remainder});
   expect_error<kopt::InvalidArgument>([&] { opt.add("half", p16.tensor(), g16.tensor()); },
                                      "'half' is f16");
   EXPECT_EQ(opt.size(), 0u);
@@ -300,7 +300,7 @@ TEST(RemainderMasters, NeverChosenForOffload) {
   const std::vector<ParamDef> two = {{0, DType::bf16, DType::bf16, true, 100},
                                      {1, DType::bf16, DType::bf16, true, 100}};
   AlgorithmWorld r({kopt::AdamConfig{}, kopt::AdamConfig{}}, two, options, 5, {},
-                   {MasterStorage::remainder, MasterStorage::f32});
+                   {{.master = MasterStorage::remainder}, {.master = MasterStorage::f32}});
   EXPECT_FALSE(r.opt->is_offloaded(r.name(0)));
   EXPECT_TRUE(r.opt->is_offloaded(r.name(1)));
 }

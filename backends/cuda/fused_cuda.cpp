@@ -4,4 +4,4 @@
 
 template class kopt::FusedOptimizer<Kokkos::Cuda, kopt::Impl::AdamPolicy>;
 template std::unique_ptr<kopt::Impl::Engine> kopt::Impl::make_fused_engine<Kokkos::Cuda>(
-    const Kokkos::Cuda&, std::size_t, const std::string&, kopt::MasterStorage);
+    const Kokkos::Cuda&, std::size_t, const std::string&, const kopt::StateStorage&);

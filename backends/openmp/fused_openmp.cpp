@@ -4,4 +4,4 @@
 
 template class kopt::FusedOptimizer<Kokkos::OpenMP, kopt::Impl::AdamPolicy>;
 template std::unique_ptr<kopt::Impl::Engine> kopt::Impl::make_fused_engine<Kokkos::OpenMP>(
-    const Kokkos::OpenMP&, std::size_t, const std::string&, kopt::MasterStorage);
+    const Kokkos::OpenMP&, std::size_t, const std::string&, const kopt::StateStorage&);

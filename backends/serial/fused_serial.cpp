@@ -4,4 +4,4 @@
 
 template class kopt::FusedOptimizer<Kokkos::Serial, kopt::Impl::AdamPolicy>;
 template std::unique_ptr<kopt::Impl::Engine> kopt::Impl::make_fused_engine<Kokkos::Serial>(
-    const Kokkos::Serial&, std::size_t, const std::string&, kopt::MasterStorage);
+    const Kokkos::Serial&, std::size_t, const std::string&, const kopt::StateStorage&);

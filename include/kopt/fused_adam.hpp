@@ -28,11 +28,10 @@ class FusedAdam : public FusedOptimizer<ExecSpace, Impl::AdamPolicy> {
   using typename Base::memory_space;
 
   /// An engine with one group (index 0) of `config`; validates it. Allocates nothing.
-  /// `masters`: how 16-bit params' masters are kept (kopt::MasterStorage).
+  /// `storage`: how the state is stored (kopt::StateStorage: masters, state array dtype).
   explicit FusedAdam(const ExecSpace& exec, const AdamConfig& config = AdamConfig{},
-                     std::string label = "kopt::FusedAdam",
-                     MasterStorage masters = MasterStorage::f32)
-      : Base(exec, config, std::move(label), masters) {}
+                     std::string label = "kopt::FusedAdam", const StateStorage& storage = {})
+      : Base(exec, config, std::move(label), storage) {}
 
   /// The state of `name` (see FusedOptimizer::state).
   AdamStateView<memory_space> state(const std::string& name) {

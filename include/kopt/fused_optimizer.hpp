@@ -23,8 +23,11 @@ namespace kopt {
 /// Read-only handles on one parameter's state, in the engine's memory space.
 template <class MemSpace, std::size_t NumArrays>
 struct StateView {
-  /// The policy's arrays (Policy::array_names); empty where no group keeps one yet.
+  /// The policy's arrays (Policy::array_names); empty where no group keeps one yet. Under
+  /// StateStorage::arrays = bf16, copies widened from the engine's bf16_arrays.
   std::array<Kokkos::View<const float*, MemSpace>, NumArrays> arrays;
+  /// The engine's own bf16 arrays (StateStorage::arrays = bf16; else empty).
+  std::array<Kokkos::View<const bfloat16*, MemSpace>, NumArrays> bf16_arrays;
   /// Empty for fp32 params; under MasterStorage::remainder, a copy joined from the param
   /// and its remainder.
   Kokkos::View<const float*, MemSpace> master;
@@ -42,11 +45,11 @@ class FusedOptimizer {
   using State = StateView<memory_space, Policy::num_arrays>;
 
   /// An engine with one group (index 0) of `config`; validates it. Allocates nothing.
-  /// `masters`: how the masters of its 16-bit params are kept (kopt::MasterStorage; with
-  /// `remainder`, every 16-bit param must be bf16).
+  /// `storage`: how the state is stored (kopt::StateStorage: with MasterStorage::remainder,
+  /// every 16-bit param must be bf16; state arrays of f32 or bf16). Validated.
   explicit FusedOptimizer(const ExecSpace& exec, const Config& config = Config{},
                           std::string label = "kopt::FusedOptimizer",
-                          MasterStorage masters = MasterStorage::f32);
+                          const StateStorage& storage = {});
 
   /// Adds a group with its own hyperparameters; returns its index. Validates first.
   std::size_t add_group(const Config& config);
@@ -143,8 +146,8 @@ class FusedOptimizer {
   /// Bytes of optimizer state this engine holds in its memory space.
   std::size_t state_bytes() const;
   const ExecSpace& exec() const { return exec_; }
-  /// How the masters of 16-bit params are kept.
-  MasterStorage master_storage() const { return state_.master_form(); }
+  /// How the state is stored.
+  const StateStorage& storage() const { return state_.storage(); }
 
  private:
   using FloatView = Kokkos::View<float*, memory_space>;

@@ -45,6 +45,22 @@ enum class MasterStorage : std::uint8_t {
 /// "f32" or "remainder".
 const char* name_of(MasterStorage master);
 
+/// How a group stores its optimizer state: the masters' form, and the element type of its
+/// algorithm's state arrays (moments, momentum buffers, sums). The math runs in fp32 whatever
+/// they are; only storage narrows.
+struct StateStorage {
+  MasterStorage master = MasterStorage::f32;
+  /// DType::f32 (default) or DType::bf16: every state array element is rounded to nearest
+  /// even after each update (2 bytes instead of 4 per array and element). Checkpoints hold
+  /// the values widened to fp32; a file loaded into a group of bf16 arrays is rounded to
+  /// nearest even there.
+  DType arrays = DType::f32;
+  bool operator==(const StateStorage&) const = default;
+};
+
+/// Throws kopt::InvalidArgument naming the field when `storage` is invalid.
+void validate(const StateStorage& storage);
+
 /// A parameter as registered: its unique name, its memory and its gradient's.
 struct ParamSpec {
   std::string name;
@@ -89,12 +105,17 @@ class ParamGroup {
   /// How the group keeps the masters of its 16-bit params (default MasterStorage::f32).
   /// Returns *this for chaining. The optimizer checks it against the params when built.
   ParamGroup& set_master(MasterStorage master);
-  MasterStorage master() const { return master_; }
+  MasterStorage master() const { return storage_.master; }
+  /// The element type of the algorithm's state arrays (StateStorage::arrays; default f32).
+  /// Returns *this for chaining.
+  ParamGroup& set_state_dtype(DType dtype);
+  /// The whole storage form.
+  const StateStorage& storage() const { return storage_; }
 
  private:
   AlgorithmConfig config_;
   StatePlacement placement_;
-  MasterStorage master_ = MasterStorage::f32;
+  StateStorage storage_;
   std::vector<ParamSpec> params_;
   std::unordered_set<std::string> names_;  ///< of params_: add() stays O(1) at 100,000 params
 };

@@ -123,32 +123,37 @@ TEST(AlgorithmsZero2, ReduceScatteredRunsMatchOneProcessBitwise) {
 
 }  // namespace
 
-// Masters kept as remainders (MasterStorage::remainder), sharded: each rank keeps the
-// remainders of its shard beside its piece of the bf16 params; params and state (the
-// masters joined) bitwise those of one process, whose masters are those of fp32 masters.
+// Masters kept as remainders (MasterStorage::remainder), alone and beside bf16 state arrays,
+// sharded: each rank keeps the remainders and arrays of its shard beside its piece of the
+// bf16 params; params and state (widened, the masters joined) bitwise those of one process.
+// With fp32 arrays the masters are those of fp32 masters too.
 TEST(RemainderZero1, ShardedRemainderRunsMatchOneProcessBitwise) {
   const std::vector<ParamDef> d = {{0, DType::bf16, DType::bf16, false, 1000},
                                    {0, DType::bf16, DType::f32, false, 8199},
                                    {0, DType::bf16, DType::f16, false, 13},
                                    {0, DType::bf16, DType::bf16, false, 3},
                                    {0, DType::f32, DType::f32, false, 1}};
-  const std::vector<kopt::MasterStorage> remainder = {kopt::MasterStorage::remainder};
   kopt::HybridOptions options;
   options.max_grad_norm = 5.0;
-  for (const kopt::AlgorithmConfig& config :
-       {kopt::AlgorithmConfig(kopt::AdamConfig{.lr = 1e-3}),
-        kopt::AlgorithmConfig(kopt::SgdConfig{.lr = 0.05, .momentum = 0.9})}) {
-    SCOPED_TRACE(describe({config}));
-    AlgorithmWorld one({config}, d, options, 25, {}, remainder);
-    AlgorithmWorld zero({config}, d, sharded(options, kopt::ZeroStage::one), 25, {}, remainder);
-    AlgorithmWorld fp32_masters({config}, d, options, 25);
-    for (int s = 0; s < 8; ++s)
-      for (AlgorithmWorld* w : {&one, &zero, &fp32_masters}) {
-        w->set_grads(s);
-        w->opt->step();
-      }
-    expect_same(one, zero);
-    const auto a = kopt_test::saved_params(*one.opt), b = kopt_test::saved_params(*fp32_masters.opt);
-    for (const auto& [name, s] : a) EXPECT_TRUE(s == b.at(name)) << name << ": masters differ";
-  }
+  for (const DType arrays : {DType::f32, DType::bf16})
+    for (const kopt::AlgorithmConfig& config :
+         {kopt::AlgorithmConfig(kopt::AdamConfig{.lr = 1e-3}),
+          kopt::AlgorithmConfig(kopt::SgdConfig{.lr = 0.05, .momentum = 0.9})}) {
+      SCOPED_TRACE(describe({config}) + (arrays == DType::bf16 ? ", bf16 state" : ""));
+      const std::vector<kopt::StateStorage> storage = {
+          {.master = kopt::MasterStorage::remainder, .arrays = arrays}};
+      AlgorithmWorld one({config}, d, options, 25, {}, storage);
+      AlgorithmWorld zero({config}, d, sharded(options, kopt::ZeroStage::one), 25, {}, storage);
+      AlgorithmWorld fp32_masters({config}, d, options, 25);
+      for (int s = 0; s < 8; ++s)
+        for (AlgorithmWorld* w : {&one, &zero, &fp32_masters}) {
+          w->set_grads(s);
+          w->opt->step();
+        }
+      expect_same(one, zero);
+      if (arrays != DType::f32) continue;
+      const auto a = kopt_test::saved_params(*one.opt);
+      const auto b = kopt_test::saved_params(*fp32_masters.opt);
+      for (const auto& [name, s] : a) EXPECT_TRUE(s == b.at(name)) << name << ": masters differ";
+    }
 }

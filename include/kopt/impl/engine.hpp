@@ -82,8 +82,8 @@ const typename Policy::Config& config_of(const AlgorithmConfig& config, const st
 template <class ExecSpace, class Policy>
 class EngineFor final : public Engine {
  public:
-  EngineFor(const ExecSpace& exec, const std::string& label, MasterStorage masters)
-      : opt_(exec, {}, label, masters) {}
+  EngineFor(const ExecSpace& exec, const std::string& label, const StateStorage& storage)
+      : opt_(exec, {}, label, storage) {}
   std::size_t add_group(const AlgorithmConfig& config) override {
     const auto& c = config_of<Policy>(config, opt_.label());
     // The engine is built with one placeholder group 0; the first real group takes it over.
@@ -136,15 +136,15 @@ class EngineFor final : public Engine {
 /// spaces this build has (instantiated in backends/<space>/fused_<space>.cpp).
 template <class ExecSpace>
 std::unique_ptr<Engine> make_fused_engine(const ExecSpace& exec, std::size_t algorithm,
-                                          const std::string& label, MasterStorage masters);
+                                          const std::string& label, const StateStorage& storage);
 
 /// An engine of `algorithm` for params in `space` of `dtype`, on the execution space that serves
 /// that memory: host (and pinned) memory on the host space (OpenMP when enabled), device and UVM
 /// memory on the device space. Throws kopt::NotCompiled naming the space when this build
-/// has no execution space for it. `masters`: how it keeps the masters of 16-bit params.
+/// has no execution space for it. `storage`: how it stores the state.
 std::unique_ptr<Engine> make_engine(MemorySpace space, DType dtype,
                                     const AlgorithmConfig& algorithm,
-                                    MasterStorage masters = MasterStorage::f32);
+                                    const StateStorage& storage = {});
 
 /// The name of the execution space make_engine picks for `space` (for grouping).
 const char* engine_space_for(MemorySpace space);

@@ -66,16 +66,21 @@ class EngineState {
  public:
   using FloatView = Kokkos::View<float*, MemSpace>;
   using RemainderView = Kokkos::View<std::uint16_t*, MemSpace>;
+  using NarrowView = Kokkos::View<bfloat16*, MemSpace>;
 
-  /// `form`: how the masters are held; MasterStorage::remainder only with
-  /// Masters::of_16_bit_params (the params then hold half of each master; bf16 only).
-  EngineState(std::string label, Masters masters, MasterStorage form = MasterStorage::f32)
-      : label_(std::move(label)), masters_(masters), form_(form) {
-    KOPT_THROW_IF(form_ == MasterStorage::remainder && masters_ != Masters::of_16_bit_params,
-                  label_ << ": masters kept apart from the params cannot be remainders");
+  /// `storage`: how the state is held (validated); other than fp32 only with
+  /// Masters::of_16_bit_params (the offload pipeline keeps fp32 state).
+  EngineState(std::string label, Masters masters, const StateStorage& storage = {})
+      : label_(std::move(label)), masters_(masters), storage_(storage) {
+    validate(storage_);
+    KOPT_THROW_IF(!(storage_ == StateStorage{}) && masters_ != Masters::of_16_bit_params,
+                  label_ << ": masters kept apart from the params cannot be remainders, and "
+                         << "its state arrays are f32");
   }
-  MasterStorage master_form() const { return form_; }
-  bool remainders() const { return form_ == MasterStorage::remainder; }
+  const StateStorage& storage() const { return storage_; }
+  bool remainders() const { return storage_.master == MasterStorage::remainder; }
+  /// Whether the policy's arrays are stored as bf16 (StateStorage::arrays).
+  bool narrow() const { return storage_.arrays == DType::bf16; }
 
   /// Grows every array to the registry's layout on `exec`: each of the policy's arrays once
   /// a group uses it or the registry holds it (then kept), the masters always. New elements
@@ -90,22 +95,23 @@ class EngineState {
     const auto sized = [](const FloatView& v, std::int64_t n) {
       return static_cast<std::int64_t>(v.extent(0)) == n;
     };
-    const auto wanted = [&](std::size_t k) {
-      return (needed >> k & 1u) != 0 || arrays_[k].extent(0) > 0;
-    };
+    const auto wanted = [&](std::size_t k) { return (needed >> k & 1u) != 0 || held(k); };
     const auto sized_masters = [&] {
       return remainders() ? static_cast<std::int64_t>(remainder_.extent(0)) == masters
                           : sized(master_, masters);
     };
     bool ok = sized_masters();
     for (std::size_t k = 0; k < arrays_.size(); ++k)
-      ok = ok && (!wanted(k) || sized(arrays_[k], moments));
+      ok = ok && (!wanted(k) || length(k) == moments);
     if (ok) return false;
-    for (std::size_t k = 0; k < arrays_.size(); ++k)
-      if (wanted(k))
-        arrays_[k] =
-            grow_state_array(exec, arrays_[k], moments, label_ + "::" + Policy::array_names[k],
-                             static_cast<StateArray>(k));
+    for (std::size_t k = 0; k < arrays_.size(); ++k) {
+      if (!wanted(k)) continue;
+      const std::string name = label_ + "::" + Policy::array_names[k];
+      if (narrow())
+        narrow_[k] = grow_state_array(exec, narrow_[k], moments, name, static_cast<StateArray>(k));
+      else
+        arrays_[k] = grow_state_array(exec, arrays_[k], moments, name, static_cast<StateArray>(k));
+    }
     if (remainders())
       remainder_ = grow_state_array(exec, remainder_, masters, label_ + "::remainder", kMaster);
     else
@@ -113,8 +119,13 @@ class EngineState {
     return true;
   }
 
-  /// Array k (Policy::array_names); empty while no group uses it.
+  /// Array k (Policy::array_names) of fp32 state; empty while no group uses it, and when
+  /// the arrays are bf16 (narrow_array(k)).
   const FloatView& array(std::size_t k) const { return arrays_[k]; }
+  /// Array k of bf16 state (narrow()); else empty.
+  const NarrowView& narrow_array(std::size_t k) const { return narrow_[k]; }
+  /// Whether array k is allocated, in either form.
+  bool held(std::size_t k) const { return length(k) > 0; }
   /// The fp32 masters (empty when they are remainders).
   const FloatView& master() const { return master_; }
   /// The masters' remainders (empty unless remainders()).
@@ -123,7 +134,7 @@ class EngineState {
   unsigned held() const {
     unsigned mask = 0;
     for (std::size_t k = 0; k < arrays_.size(); ++k)
-      if (arrays_[k].extent(0) > 0) mask |= 1u << k;
+      if (held(k)) mask |= 1u << k;
     return mask;
   }
   /// Where entry e's master sits in master(), or -1 when its state has none (f32 params).
@@ -136,9 +147,12 @@ class EngineState {
     const std::int64_t m = master_at(e);
     slot.master = m >= 0 && !remainders() ? master_.data() + m + begin : nullptr;
     slot.remainder = m >= 0 && remainders() ? remainder_.data() + m + begin : nullptr;
-    for (std::size_t k = 0; k < arrays_.size(); ++k)
-      slot.state[k] =
-          arrays_[k].extent(0) > 0 ? arrays_[k].data() + e.state_offset + begin : nullptr;
+    for (std::size_t k = 0; k < arrays_.size(); ++k) {
+      const std::int64_t at = e.state_offset + begin;
+      slot.state[k] = !held(k) ? nullptr
+                      : narrow() ? static_cast<void*>(narrow_[k].data() + at)
+                                 : static_cast<void*>(arrays_[k].data() + at);
+    }
   }
 
   /// The index of `name`, after checking [offset, offset + count) lies in it (`call` names
@@ -170,7 +184,19 @@ class EngineState {
       const auto first = static_cast<std::size_t>(at + offset);
       Kokkos::deep_copy(HostFloats(to, n), Kokkos::subview(from, std::make_pair(first, first + n)));
     };
-    for (std::size_t k = 0; k < arrays_.size(); ++k) get(arrays_[k], e.state_offset, out[k]);
+    for (std::size_t k = 0; k < arrays_.size(); ++k) {
+      if (!narrow()) {
+        get(arrays_[k], e.state_offset, out[k]);
+      } else if (out[k] != nullptr && n > 0) {  // widened; zeros while not allocated
+        std::vector<bfloat16> narrow(n);
+        if (held(k)) {
+          const auto first = static_cast<std::size_t>(e.state_offset + offset);
+          Kokkos::deep_copy(HostNarrow(narrow.data(), n),
+                            Kokkos::subview(narrow_[k], std::make_pair(first, first + n)));
+        }
+        for (std::size_t j = 0; j < n; ++j) out[k][j] = to_float(narrow[j]);
+      }
+    }
     float* const master = out[kMaster];
     const std::int64_t m = master_at(e);
     if (m < 0 || master == nullptr || n == 0) return;
@@ -219,7 +245,18 @@ class EngineState {
       Kokkos::deep_copy(exec, Kokkos::subview(to, std::make_pair(first, first + n)),
                         ConstHostFloats(from, n));
     };
-    for (std::size_t k = 0; k < arrays_.size(); ++k) put(arrays_[k], e.state_offset, in[k]);
+    for (std::size_t k = 0; k < arrays_.size(); ++k) {
+      if (!narrow()) {
+        put(arrays_[k], e.state_offset, in[k]);
+      } else if (in[k] != nullptr && held(k) && n > 0) {  // rounded to nearest even
+        std::vector<bfloat16> narrow(n);
+        for (std::size_t j = 0; j < n; ++j) narrow[j] = bfloat16::from_float(in[k][j]);
+        const auto first = static_cast<std::size_t>(e.state_offset + offset);
+        Kokkos::deep_copy(exec, Kokkos::subview(narrow_[k], std::make_pair(first, first + n)),
+                          ConstHostNarrow(narrow.data(), n));
+        fence(exec, label_ + "::write_state");  // `narrow` dies here
+      }
+    }
     const std::int64_t m = master_at(e);
     if (m >= 0 && !remainders()) put(master_, m, in[kMaster]);
     if (m >= 0 && remainders() && in[kMaster] != nullptr && n > 0) {
@@ -303,9 +340,10 @@ class EngineState {
 
   /// Bytes of the arrays and masters.
   std::size_t bytes() const {
-    std::size_t floats = master_.span();
+    std::size_t floats = master_.span(), halves = remainder_.span();
     for (const FloatView& a : arrays_) floats += a.span();
-    return sizeof(float) * floats + sizeof(std::uint16_t) * remainder_.span();
+    for (const NarrowView& a : narrow_) halves += a.span();
+    return sizeof(float) * floats + sizeof(std::uint16_t) * halves;
   }
 
  private:
@@ -317,11 +355,21 @@ class EngineState {
       Kokkos::View<std::uint16_t*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
   using ConstHostRemainders = Kokkos::View<const std::uint16_t*, Kokkos::HostSpace,
                                            Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+  using HostNarrow =
+      Kokkos::View<bfloat16*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+  using ConstHostNarrow =
+      Kokkos::View<const bfloat16*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+
+  /// Elements of array k, in either form.
+  std::int64_t length(std::size_t k) const {
+    return static_cast<std::int64_t>(narrow() ? narrow_[k].extent(0) : arrays_[k].extent(0));
+  }
 
   std::string label_;
   Masters masters_;
-  MasterStorage form_;
-  std::array<FloatView, Policy::num_arrays> arrays_;  ///< Policy::array_names
+  StateStorage storage_;
+  std::array<FloatView, Policy::num_arrays> arrays_;   ///< Policy::array_names (f32 state)
+  std::array<NarrowView, Policy::num_arrays> narrow_;  ///< or bf16 state
   FloatView master_;          ///< MasterStorage::f32
   RemainderView remainder_;   ///< MasterStorage::remainder
   std::unordered_map<std::size_t, std::vector<TieFix>> ties_;  ///< per entry, see write()

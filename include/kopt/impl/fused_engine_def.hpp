@@ -11,9 +11,9 @@ namespace kopt::Impl {
 
 template <class ExecSpace>
 std::unique_ptr<Engine> make_fused_engine(const ExecSpace& exec, std::size_t algorithm,
-                                          const std::string& label, MasterStorage masters) {
+                                          const std::string& label, const StateStorage& storage) {
   return visit_policy(algorithm, [&](auto policy) -> std::unique_ptr<Engine> {
-    return std::make_unique<EngineFor<ExecSpace, decltype(policy)>>(exec, label, masters);
+    return std::make_unique<EngineFor<ExecSpace, decltype(policy)>>(exec, label, storage);
   });
 }
 

@@ -41,13 +41,11 @@ SpaceMask reachable_spaces() {
 
 template <class ExecSpace, class Policy>
 FusedOptimizer<ExecSpace, Policy>::FusedOptimizer(const ExecSpace& exec, const Config& config,
-                                                  std::string label, MasterStorage masters)
+                                                  std::string label, const StateStorage& storage)
     : exec_(exec),
       label_(std::move(label)),
       registry_(Impl::reachable_spaces<ExecSpace>(), label_),
-      state_(label_, Impl::Masters::of_16_bit_params, masters) {
-  KOPT_THROW_IF(masters != MasterStorage::f32 && masters != MasterStorage::remainder,
-                label_ << ": invalid MasterStorage " << static_cast<int>(masters));
+      state_(label_, Impl::Masters::of_16_bit_params, storage) {
   registry_.add_group(config);
 }
 
@@ -283,8 +281,8 @@ void FusedOptimizer<ExecSpace, Policy>::step(double grad_scale) {
   state_.settle_ties(exec_, registry_, [&](std::size_t i) { return signature_[i] > 0; });
   for (const KernelClass& kc : classes_)
     Impl::launch_update<ExecSpace, Policy>(
-        exec_, label_ + "::update", kc.key.param, kc.key.grad, kc.key.variant,
-        state_.remainders() && kc.key.param == DType::bf16, slots_, scalars_, kc.chunks);
+        exec_, label_ + "::update", kc.key.param, kc.key.grad, kc.key.variant, state_.storage(),
+        slots_, scalars_, kc.chunks);
   for (const std::size_t i : updated_) registry_.advance(i);  // the master leads from now on
   for (ScalarSet& set : sets_) ++set.step;  // its params all stepped: still one row
   // Every synced entry was just updated: the next step syncs none of them (the plan stays
@@ -314,15 +312,32 @@ typename FusedOptimizer<ExecSpace, Policy>::State FusedOptimizer<ExecSpace, Poli
     return std::make_pair(static_cast<std::size_t>(off), static_cast<std::size_t>(off + n));
   };
   State s;
-  for (std::size_t k = 0; k < Policy::num_arrays; ++k)
-    if (state_.array(k).extent(0) > 0)
+  for (std::size_t k = 0; k < Policy::num_arrays; ++k) {
+    if (!state_.held(k)) continue;
+    if (!state_.narrow()) {
       s.arrays[k] = Kokkos::subview(state_.array(k), range(e.state_offset, e.param.numel));
-  if (e.master_offset >= 0 && (registry_.sync_master(i) || state_.remainders()))
-    s.master = synced_master_(i);
-  if (e.master_offset >= 0 && state_.remainders())
-    s.remainder = Kokkos::subview(state_.remainder(), range(e.master_offset, e.param.numel));
-  else if (e.master_offset >= 0)
-    s.master = Kokkos::subview(state_.master(), range(e.master_offset, e.param.numel));
+      continue;
+    }
+    const auto narrow =
+        Kokkos::subview(state_.narrow_array(k), range(e.state_offset, e.param.numel));
+    s.bf16_arrays[k] = narrow;
+    Impl::allocation_point();
+    FloatView wide(Kokkos::view_alloc(Kokkos::WithoutInitializing, label_ + "::widened_state"),
+                   static_cast<std::size_t>(e.param.numel));
+    Kokkos::parallel_for(
+        label_ + "::widened_state",
+        Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>(exec_, 0, e.param.numel),
+        Impl::WidenSpanFunctor{narrow.data(), wide.data()});
+    s.arrays[k] = wide;
+  }
+  if (e.master_offset >= 0) {
+    if (registry_.sync_master(i) || state_.remainders())
+      s.master = synced_master_(i);
+    else
+      s.master = Kokkos::subview(state_.master(), range(e.master_offset, e.param.numel));
+    if (state_.remainders())
+      s.remainder = Kokkos::subview(state_.remainder(), range(e.master_offset, e.param.numel));
+  }
   s.step = registry_.step(i);
   return s;
 }

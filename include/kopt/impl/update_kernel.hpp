@@ -19,6 +19,7 @@
 #include <kopt/impl/fault_injection.hpp>
 #include <kopt/impl/param_remainder.hpp>
 #include <kopt/impl/policy.hpp>
+#include <kopt/param_group.hpp>
 #include <kopt/storage_types.hpp>
 #include <kopt/tensor.hpp>
 #include <string>
@@ -34,7 +35,8 @@ struct UpdateSlot {
   const void* grad = nullptr;           ///< GradT*
   float* master = nullptr;              ///< fp32 master of a 16-bit param, else null
   std::uint16_t* remainder = nullptr;   ///< or its remainder (MasterStorage::remainder)
-  float* state[max_state_arrays] = {};  ///< the policy's arrays; null where not kept
+  void* state[max_state_arrays] = {};   ///< the policy's arrays (float or bfloat16); null
+                                        ///< where not kept
   std::int32_t scalar_set = 0;          ///< row of the launch's step-scalar table
   DType grad_dtype = DType::f32;        ///< for the norm, which reads grads of every dtype at once
 };
@@ -75,31 +77,33 @@ Kokkos::View<Chunk*, typename ExecSpace::memory_space> upload_chunks(
   return dev;
 }
 
-/// A 16-bit param's master as the update kernels get it: an fp32 copy (MasterT = float) or
-/// a remainder that, with the bf16 param, holds it exactly (MasterT = std::uint16_t).
-template <class ParamT, class MasterT>
-inline constexpr bool valid_master_form =
-    std::is_same_v<MasterT, float> ||
-    (std::is_same_v<MasterT, std::uint16_t> && std::is_same_v<ParamT, bfloat16>);
+/// How the kernels find a param's state stored (kopt::StateStorage), as types: its master
+/// (Master: float, an fp32 copy; std::uint16_t, a remainder that with the bf16 param holds
+/// it exactly) and its state arrays' elements (State: float or bfloat16).
+template <class Master, class State>
+struct Form {
+  using MasterT = Master;
+  using StateT = State;
+};
+using Fp32Form = Form<float, float>;
 
-/// One element of the fused update: widen, update (on the master for 16-bit params), round
-/// back once. s0..s2 are the policy's state arrays (only those variant V keeps are touched).
-template <class Policy, int V, class ParamT, class GradT, class MasterT>
-KOKKOS_FORCEINLINE_FUNCTION void fused_element(std::int64_t i, ParamT* KOPT_RESTRICT param,
-                                               const GradT* KOPT_RESTRICT grad,
-                                               MasterT* KOPT_RESTRICT master,
-                                               float* KOPT_RESTRICT s0, float* KOPT_RESTRICT s1,
-                                               float* KOPT_RESTRICT s2,
-                                               const typename Policy::Scalars& s) {
-  static_assert(valid_master_form<ParamT, MasterT>);
-  constexpr unsigned kept = Policy::arrays_of(V);
-  float unused0 = 0.0f, unused1 = 0.0f, unused2 = 0.0f;
-  float& a0 = (kept & 1u) ? s0[i] : unused0;
-  float& a1 = (kept & 2u) ? s1[i] : unused1;
-  float& a2 = (kept & 4u) ? s2[i] : unused2;
+template <class ParamT, class F>
+inline constexpr bool valid_form =
+    (std::is_same_v<typename F::MasterT, float> ||
+     (std::is_same_v<typename F::MasterT, std::uint16_t> && std::is_same_v<ParamT, bfloat16>)) &&
+    (std::is_same_v<typename F::StateT, float> || std::is_same_v<typename F::StateT, bfloat16>);
+
+/// The param side of one element's update (a0..a2: its state, as floats): an f32 param in
+/// place, a 16-bit one through its master (an fp32 copy, or joined from a remainder).
+template <class Policy, int V, class ParamT, class GradT, class F>
+KOKKOS_FORCEINLINE_FUNCTION void update_param(std::int64_t i, ParamT* KOPT_RESTRICT param,
+                                              const GradT* KOPT_RESTRICT grad,
+                                              typename F::MasterT* KOPT_RESTRICT master,
+                                              float& a0, float& a1, float& a2,
+                                              const typename Policy::Scalars& s) {
   if constexpr (std::is_same_v<ParamT, float>) {
     param[i] = Policy::template update<V>(param[i], to_float(grad[i]), a0, a1, a2, s);
-  } else if constexpr (std::is_same_v<MasterT, std::uint16_t>) {
+  } else if constexpr (std::is_same_v<typename F::MasterT, std::uint16_t>) {
     const float w = join_master(param[i], master[i]);
     const float p = Policy::template update<V>(w, to_float(grad[i]), a0, a1, a2, s);
     param[i] = split_param(p);
@@ -111,6 +115,45 @@ KOKKOS_FORCEINLINE_FUNCTION void fused_element(std::int64_t i, ParamT* KOPT_REST
   }
 }
 
+/// State element i as the update takes it: the fp32 element itself, or a bf16 one widened
+/// into `local` (written back by store_state).
+template <class StateT>
+KOKKOS_FORCEINLINE_FUNCTION float& state_ref(StateT* s, std::int64_t i, float& local) {
+  if constexpr (std::is_same_v<StateT, float>) {
+    return s[i];
+  } else {
+    local = to_float(s[i]);
+    return local;
+  }
+}
+template <class StateT>
+KOKKOS_FORCEINLINE_FUNCTION void store_state(StateT* s, std::int64_t i, float value) {
+  if constexpr (!std::is_same_v<StateT, float>) s[i] = from_float<StateT>(value);
+}
+
+/// One element of the fused update: widen, update (on the master for 16-bit params), round
+/// back once. s0..s2 are the policy's state arrays (only those variant V keeps are touched),
+/// widened and rounded back (to nearest even) when they are 16-bit.
+template <class Policy, int V, class ParamT, class GradT, class F>
+KOKKOS_FORCEINLINE_FUNCTION void fused_element(std::int64_t i, ParamT* KOPT_RESTRICT param,
+                                               const GradT* KOPT_RESTRICT grad,
+                                               typename F::MasterT* KOPT_RESTRICT master,
+                                               typename F::StateT* KOPT_RESTRICT s0,
+                                               typename F::StateT* KOPT_RESTRICT s1,
+                                               typename F::StateT* KOPT_RESTRICT s2,
+                                               const typename Policy::Scalars& s) {
+  static_assert(valid_form<ParamT, F>);
+  constexpr unsigned kept = Policy::arrays_of(V);
+  float unused0 = 0.0f, unused1 = 0.0f, unused2 = 0.0f, w0 = 0.0f, w1 = 0.0f, w2 = 0.0f;
+  float& a0 = (kept & 1u) ? state_ref(s0, i, w0) : unused0;
+  float& a1 = (kept & 2u) ? state_ref(s1, i, w1) : unused1;
+  float& a2 = (kept & 4u) ? state_ref(s2, i, w2) : unused2;
+  update_param<Policy, V, ParamT, GradT, F>(i, param, grad, master, a0, a1, a2, s);
+  if constexpr ((kept & 1u) != 0) store_state(s0, i, a0);
+  if constexpr ((kept & 2u) != 0) store_state(s1, i, a1);
+  if constexpr ((kept & 4u) != 0) store_state(s2, i, a2);
+}
+
 /// How far ahead (in elements) the host loops ask the cache for every array they stream, and
 /// how many elements they update between two such requests (one 64-byte line of fp32).
 /// Measured on a 2-core EPYC, 1 thread, 2^24 elements: fp32 0.79-0.88 of the plain OpenMP
@@ -119,11 +162,11 @@ inline constexpr std::int64_t update_prefetch_elements = 512;
 inline constexpr int update_prefetch_stride = 16;
 
 /// Prefetches element i + update_prefetch_elements of each array the update streams.
-template <class Policy, int V, class ParamT, class GradT, class MasterT>
+template <class Policy, int V, class ParamT, class GradT, class MasterT, class StateT>
 KOKKOS_FORCEINLINE_FUNCTION void prefetch_update(std::int64_t i, const ParamT* param,
                                                  const GradT* grad, const MasterT* master,
-                                                 const float* s0, const float* s1,
-                                                 const float* s2) {
+                                                 const StateT* s0, const StateT* s1,
+                                                 const StateT* s2) {
   constexpr unsigned kept = Policy::arrays_of(V);
   const std::int64_t a = i + update_prefetch_elements;
   prefetch_ahead(param, a);
@@ -138,24 +181,27 @@ KOKKOS_FORCEINLINE_FUNCTION void prefetch_update(std::int64_t i, const ParamT* p
 /// so GCC vectorizes it whatever it would otherwise be inlined into (inlined into the Serial
 /// backend's loop, GCC 12 gave up on it). Blocks of 16 elements, each after a prefetch of
 /// the lines 512 elements ahead; the block's loop vectorizes like the whole one did.
-template <class Policy, int V, class ParamT, class GradT, class MasterT>
+template <class Policy, int V, class ParamT, class GradT, class F>
 KOPT_LOOP_FUNCTION void fused_host_loop(std::int64_t begin, std::int64_t end,
                                         ParamT* KOPT_RESTRICT param,
                                         const GradT* KOPT_RESTRICT grad,
-                                        MasterT* KOPT_RESTRICT master, float* KOPT_RESTRICT s0,
-                                        float* KOPT_RESTRICT s1, float* KOPT_RESTRICT s2,
+                                        typename F::MasterT* KOPT_RESTRICT master,
+                                        typename F::StateT* KOPT_RESTRICT s0,
+                                        typename F::StateT* KOPT_RESTRICT s1,
+                                        typename F::StateT* KOPT_RESTRICT s2,
                                         const typename Policy::Scalars s) {
   constexpr unsigned kept = Policy::arrays_of(V);
   std::int64_t i = begin;
 #ifdef KOPT_HAVE_F16C
   // float16 params or grads: blocks of 16 with the CPU's conversions (f16_blocks.hpp); the
   // update itself is the same expression on the same floats, so only the conversions differ.
-  // (Never with remainders: those are of bf16 params, whose f16 grads take the loop below.)
+  // (fp32 state and masters only: remainders are of bf16 params, whose f16 grads take the
+  // loop below, as do bf16 state arrays.)
   if constexpr ((std::is_same_v<ParamT, float16> || std::is_same_v<GradT, float16>) &&
-                std::is_same_v<MasterT, float>) {
+                std::is_same_v<F, Fp32Form>) {
     static_assert(f16_block == update_prefetch_stride);
     for (; i + f16_block <= end; i += f16_block) {
-      prefetch_update<Policy, V, ParamT, GradT, MasterT>(i, param, grad, master, s0, s1, s2);
+      prefetch_update<Policy, V>(i, param, grad, master, s0, s1, s2);
       float g[f16_block], p[f16_block];
       widen_block(grad + i, g);
       for (int k = 0; k < f16_block; ++k) {
@@ -181,18 +227,20 @@ KOPT_LOOP_FUNCTION void fused_host_loop(std::int64_t begin, std::int64_t end,
     // 1 thread, the 2-core EPYC). A 16-bit param's master is state enough: plain SGD bf16
     // went 0.82 -> 1.15 of its ceiling with them (2^26, 1 and 2 threads, 2-core Xeon).
     if constexpr (kept != 0 || !std::is_same_v<ParamT, float>)
-      prefetch_update<Policy, V, ParamT, GradT, MasterT>(i, param, grad, master, s0, s1, s2);
+      prefetch_update<Policy, V>(i, param, grad, master, s0, s1, s2);
     for (int k = 0; k < update_prefetch_stride; ++k)
-      fused_element<Policy, V, ParamT, GradT, MasterT>(i + k, param, grad, master, s0, s1, s2, s);
+      fused_element<Policy, V, ParamT, GradT, F>(i + k, param, grad, master, s0, s1, s2, s);
   }
   for (; i < end; ++i)
-    fused_element<Policy, V, ParamT, GradT, MasterT>(i, param, grad, master, s0, s1, s2, s);
+    fused_element<Policy, V, ParamT, GradT, F>(i, param, grad, master, s0, s1, s2, s);
 }
 
 /// The fused update of every chunk in `chunks_`; the policy's variant V, ParamT/GradT and the
-/// master's form are chosen once on the host, so the element loop has no branch on them.
-template <class ExecSpace, class Policy, int V, class ParamT, class GradT, class MasterT>
+/// state's form F are chosen once on the host, so the element loop has no branch on them.
+template <class ExecSpace, class Policy, int V, class ParamT, class GradT, class F>
 struct FusedUpdateFunctor {
+  using MasterT = typename F::MasterT;
+  using StateT = typename F::StateT;
   using memory_space = typename ExecSpace::memory_space;
   using Scalars = typename Policy::Scalars;
   Kokkos::View<const UpdateSlot*, memory_space> slots_;
@@ -203,10 +251,10 @@ struct FusedUpdateFunctor {
   KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t c) const {
     const Chunk chunk = chunks_(c);
     const UpdateSlot& slot = slots_(chunk.slot);
-    fused_host_loop<Policy, V, ParamT, GradT, MasterT>(
+    fused_host_loop<Policy, V, ParamT, GradT, F>(
         chunk.begin, chunk.end, static_cast<ParamT*>(slot.param),
-        static_cast<const GradT*>(slot.grad), master_of(slot), slot.state[0], slot.state[1],
-        slot.state[2], scalars_(slot.scalar_set));
+        static_cast<const GradT*>(slot.grad), master_of(slot), state_of(slot, 0),
+        state_of(slot, 1), state_of(slot, 2), scalars_(slot.scalar_set));
   }
 
   /// Device: one team per chunk, its threads striding through it (coalesced).
@@ -216,9 +264,13 @@ struct FusedUpdateFunctor {
     const UpdateSlot& slot = slots_(chunk.slot);
     const Scalars s = scalars_(slot.scalar_set);
     for (std::int64_t i = chunk.begin + team.team_rank(); i < chunk.end; i += team.team_size())
-      fused_element<Policy, V, ParamT, GradT, MasterT>(
+      fused_element<Policy, V, ParamT, GradT, F>(
           i, static_cast<ParamT*>(slot.param), static_cast<const GradT*>(slot.grad),
-          master_of(slot), slot.state[0], slot.state[1], slot.state[2], s);
+          master_of(slot), state_of(slot, 0), state_of(slot, 1), state_of(slot, 2), s);
+  }
+
+  KOKKOS_FORCEINLINE_FUNCTION static StateT* state_of(const UpdateSlot& slot, int k) {
+    return static_cast<StateT*>(slot.state[k]);
   }
 
   KOKKOS_FORCEINLINE_FUNCTION static MasterT* master_of(const UpdateSlot& slot) {
@@ -293,6 +345,13 @@ struct SyncSpanFunctor {
   }
 };
 
+/// out[i] = in[i] widened, over one span.
+struct WidenSpanFunctor {
+  const bfloat16* in;
+  float* out;
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t i) const { out[i] = to_float(in[i]); }
+};
+
 /// out[i] = the master that bf16 param[i] and remainder[i] hold, over one span.
 struct JoinSpanFunctor {
   const bfloat16* param;
@@ -353,13 +412,25 @@ void visit_variant(int variant, F&& f) {
   }
 }
 
+/// Calls f(Form<...>{}) for the form of `storage` over a param of type ParamT (remainders
+/// are of bf16 params: the others' masters are fp32 copies).
+template <class ParamT, class Fn>
+void visit_form(const StateStorage& storage, Fn&& f) {
+  const bool narrow = storage.arrays == DType::bf16;
+  if constexpr (std::is_same_v<ParamT, bfloat16>) {
+    if (storage.master == MasterStorage::remainder)
+      return narrow ? f(Form<std::uint16_t, bfloat16>{}) : f(Form<std::uint16_t, float>{});
+  }
+  return narrow ? f(Form<float, bfloat16>{}) : f(Fp32Form{});
+}
+
 /// Launches the fused update of `chunks` for one kernel class: the dtypes, the policy's
-/// variant and the masters' form (`remainders`: bf16 params whose masters are remainders)
-/// are chosen here, once, so the element loop has no branch on them.
+/// variant and the state's form (`storage`) are chosen here, once, so the element loop has
+/// no branch on them.
 template <class ExecSpace, class Policy>
 void launch_update(
     const ExecSpace& exec, const std::string& label, DType param, DType grad, int variant,
-    bool remainders,
+    const StateStorage& storage,
     const Kokkos::View<const UpdateSlot*, typename ExecSpace::memory_space>& slots,
     const Kokkos::View<const typename Policy::Scalars*, typename ExecSpace::memory_space>& scalars,
     const Kokkos::View<const Chunk*, typename ExecSpace::memory_space>& chunks) {
@@ -369,18 +440,11 @@ void launch_update(
       visit_variant<Policy>(variant, [&](auto v) {
         using P = decltype(param_type);
         using G = decltype(grad_type);
-        constexpr int V = decltype(v)::value;
-        if constexpr (std::is_same_v<P, bfloat16>) {
-          if (remainders)
-            return launch_chunks(
-                exec, label, n,
-                FusedUpdateFunctor<ExecSpace, Policy, V, P, G, std::uint16_t>{slots, scalars,
-                                                                              chunks});
-        }
-        assert(!remainders && "kopt: remainders are of bf16 params only");
-        launch_chunks(exec, label, n,
-                      FusedUpdateFunctor<ExecSpace, Policy, V, P, G, float>{slots, scalars,
-                                                                            chunks});
+        visit_form<P>(storage, [&](auto form) {
+          launch_chunks(exec, label, n,
+                        FusedUpdateFunctor<ExecSpace, Policy, decltype(v)::value, P, G,
+                                           decltype(form)>{slots, scalars, chunks});
+        });
       });
     });
   });

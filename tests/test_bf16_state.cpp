@@ -1,0 +1,298 @@
+// bf16 state arrays (StateStorage::arrays = bf16): the math runs in fp32 and only storage
+// narrows. Every step of every algorithm is checked against a double-precision reference
+// started from the state kopt stored (widened), its new state rounded to bf16 the same way;
+// checkpoints, sharding and save/load keep the bits; 2 bytes per array and element.
+#include <cmath>
+#include <cstring>
+#include <kopt/impl/fused_optimizer_def.hpp>
+#include <memory>
+#include <random>
+
+#include "algorithm_world.hpp"
+#include "reference_adam.hpp"
+#include "reference_algorithms.hpp"
+#include "test_support.hpp"
+
+namespace {
+
+using namespace kopt_test;
+using kopt::DType;
+using kopt::MasterStorage;
+
+// What a param's update works on, and its state, as floats.
+struct Values {
+  std::vector<float> w;                 // the param (f32) or its master
+  std::array<std::vector<float>, 3> s;  // the policy's arrays, widened
+};
+
+template <class Opt, class P, class Space>
+Values read_values(Opt& opt, const std::string& name, SpaceArray<P, Space>& param) {
+  const std::size_t n = param.size();
+  Values v;
+  v.w.resize(n);
+  for (auto& a : v.s) a.assign(n, 0.0f);
+  opt.read_state(name, 0, static_cast<std::int64_t>(n),
+                 {v.s[0].data(), v.s[1].data(), v.s[2].data(),
+                  std::is_same_v<P, float> ? nullptr : v.w.data()});
+  if constexpr (std::is_same_v<P, float>) v.w = param.download();
+  return v;
+}
+
+std::int64_t bf16_distance(double expected, float got) {
+  const auto e = static_cast<std::int64_t>(kopt::bfloat16::from_float(static_cast<float>(expected)).bits);
+  const auto g = static_cast<std::int64_t>(kopt::bfloat16::from_float(got).bits);
+  return std::abs(e - g);
+}
+
+// 30 steps of `config` on params of sizes 0, 1, 17 and 1,000 with bf16 state arrays: each
+// step against `reference_step(t, p, g, s, uncertain)`, a double step from the widened state
+// kopt held before it (s in, unrounded state out; uncertain[i]: a param the reference cannot
+// predict, a sign of a near-zero interpolation for Lion). Every stored state element is the
+// reference's rounded to nearest bf16 (all but a few bitwise; none more than 1 ulp off, where
+// fp32 and double arithmetic round a near-tie apart, unless a cancellation left it far below
+// the values it came from and fp32's own error); every param matches to fp32 accuracy.
+template <class Space, class Policy, class P, class Step>
+void expect_steps_round_state(const typename Policy::Config& config, MasterStorage master,
+                              Step&& reference_step) {
+  const std::size_t sizes[] = {0, 1, 17, 1000};
+  kopt::FusedOptimizer<Space, Policy> opt(Space(), config, "kopt::bf16_state",
+                                          {.master = master, .arrays = DType::bf16});
+  std::vector<std::unique_ptr<SpaceArray<P, Space>>> params, grads;
+  std::mt19937 rng(17);
+  std::uniform_real_distribution<float> dist(-1, 1);
+  for (std::size_t j = 0; j < std::size(sizes); ++j) {
+    params.push_back(std::make_unique<SpaceArray<P, Space>>(sizes[j]));
+    grads.push_back(std::make_unique<SpaceArray<P, Space>>(sizes[j]));
+    for (auto& x : params[j]->host) x = kopt::Impl::from_float<P>(dist(rng));
+    params[j]->upload();
+    opt.add("p" + std::to_string(j), params[j]->tensor(), grads[j]->tensor());
+  }
+  const unsigned kept = config.state_arrays();
+  std::size_t exact = 0, total = 0, far = 0, param_misses = 0;
+  for (int t = 1; t <= 30; ++t) {
+    std::vector<Values> before;
+    for (std::size_t j = 0; j < params.size(); ++j) {
+      for (auto& x : grads[j]->host) x = kopt::Impl::from_float<P>(dist(rng));
+      grads[j]->upload();
+      before.push_back(read_values(opt, "p" + std::to_string(j), *params[j]));
+    }
+    opt.step();
+    Kokkos::fence();
+    for (std::size_t j = 0; j < params.size(); ++j) {
+      const Values after = read_values(opt, "p" + std::to_string(j), *params[j]);
+      const std::size_t n = sizes[j];
+      std::vector<double> p(before[j].w.begin(), before[j].w.end()), g = widen(grads[j]->host);
+      std::array<std::vector<double>, 3> s;
+      for (std::size_t k = 0; k < 3; ++k) s[k].assign(before[j].s[k].begin(), before[j].s[k].end());
+      std::vector<char> uncertain(n, 0);
+      reference_step(t, p, g, s, uncertain);
+      for (std::size_t i = 0; i < n; ++i) {
+        for (std::size_t k = 0; k < 3; ++k) {
+          if ((kept >> k & 1u) == 0) continue;
+          // Beyond one ulp only by cancellation: fp32's error bound on an element computed
+          // from the old value and the grad (m near 0 from m and g of opposite signs).
+          const std::int64_t d = bf16_distance(s[k][i], after.s[k][i]);
+          const double scale = std::abs(before[j].s[k][i]) + std::abs(g[i]) + g[i] * g[i];
+          exact += d == 0;
+          far += d > 1 && std::abs(after.s[k][i] - s[k][i]) > 1e-6 * scale;
+          ++total;
+        }
+        const double moved = std::abs(p[i] - before[j].w[i]);
+        const double tol = 1e-6 * std::abs(before[j].w[i]) + 1e-4 * moved + 1e-30;
+        if (!uncertain[i] && !(std::abs(after.w[i] - p[i]) <= tol)) ++param_misses;
+      }
+    }
+  }
+  EXPECT_EQ(far, 0u) << "state elements more than one bf16 ulp from the reference's";
+  EXPECT_GE(exact, total - total / 100) << "of " << total << " state elements";
+  EXPECT_GT(total, 0u);
+  EXPECT_EQ(param_misses, 0u) << "params off the reference";
+}
+
+template <class Space>
+class Bf16State : public ::testing::Test {};
+TYPED_TEST_SUITE(Bf16State, EnabledSpaces, SpaceName);
+
+// (s: the arrays; a reference of the algorithm is started from them at step t - 1.)
+TYPED_TEST(Bf16State, AdamStepsMatchTheRoundedReference) {
+  using Space = TypeParam;
+  for (const kopt::AdamConfig c :
+       {kopt::AdamConfig{.lr = 1e-2, .weight_decay = 0.01},
+        kopt::AdamConfig{.lr = 1e-2, .weight_decay = 0.1, .decoupled = false, .amsgrad = true}}) {
+    const auto step = [&](int t, std::vector<double>& p, const std::vector<double>& g,
+                          std::array<std::vector<double>, 3>& s, std::vector<char>&) {
+      ReferenceAdam r(c, p);
+      r.step = t - 1;
+      r.exp_avg = s[0], r.exp_avg_sq = s[1], r.max_exp_avg_sq = s[2];
+      r.update(g);
+      p = r.param, s[0] = r.exp_avg, s[1] = r.exp_avg_sq, s[2] = r.max_exp_avg_sq;
+    };
+    SCOPED_TRACE(c.amsgrad ? "amsgrad" : "adamw");
+    expect_steps_round_state<Space, kopt::Impl::AdamPolicy, float>(c, MasterStorage::f32, step);
+    expect_steps_round_state<Space, kopt::Impl::AdamPolicy, kopt::bfloat16>(c, MasterStorage::f32,
+                                                                           step);
+    expect_steps_round_state<Space, kopt::Impl::AdamPolicy, kopt::bfloat16>(
+        c, MasterStorage::remainder, step);
+  }
+}
+
+TYPED_TEST(Bf16State, SgdLionAndAdagradStepsMatchTheRoundedReference) {
+  using Space = TypeParam;
+  using kopt::bfloat16;
+  const kopt::SgdConfig sgd{.lr = 0.05, .momentum = 0.9, .weight_decay = 0.01, .nesterov = true};
+  const auto sgd_step = [&](int t, std::vector<double>& p, const std::vector<double>& g,
+                            std::array<std::vector<double>, 3>& s, std::vector<char>&) {
+    ReferenceSgd r(sgd, p);
+    r.step = t - 1;
+    r.momentum_buffer = s[0];
+    r.update(g);
+    p = r.param, s[0] = r.momentum_buffer;
+  };
+  expect_steps_round_state<Space, kopt::Impl::SgdPolicy, float>(sgd, MasterStorage::f32, sgd_step);
+  expect_steps_round_state<Space, kopt::Impl::SgdPolicy, bfloat16>(sgd, MasterStorage::remainder,
+                                                                  sgd_step);
+
+  const kopt::AdagradConfig adagrad{.lr = 0.05, .lr_decay = 0.01, .initial_accumulator_value = 0.1};
+  const auto adagrad_step = [&](int t, std::vector<double>& p, const std::vector<double>& g,
+                                std::array<std::vector<double>, 3>& s, std::vector<char>&) {
+    ReferenceAdagrad r(adagrad, p);  // its sum starts at initial_accumulator_value
+    r.step = t - 1;
+    if (t > 1) r.sum = s[0];  // kopt stores 0 until the first step
+    r.update(g);
+    p = r.param, s[0] = r.sum;
+  };
+  expect_steps_round_state<Space, kopt::Impl::AdagradPolicy, float>(adagrad, MasterStorage::f32,
+                                                                   adagrad_step);
+  expect_steps_round_state<Space, kopt::Impl::AdagradPolicy, bfloat16>(
+      adagrad, MasterStorage::remainder, adagrad_step);
+
+  const kopt::LionConfig lion{.lr = 1e-3, .weight_decay = 0.1};
+  const auto lion_step = [&](int t, std::vector<double>& p, const std::vector<double>& g,
+                             std::array<std::vector<double>, 3>& s, std::vector<char>& uncertain) {
+    ReferenceLion r(lion, p);
+    r.step = t - 1;
+    r.exp_avg = s[0];
+    for (std::size_t i = 0; i < p.size(); ++i) {  // a sign fp32 may take either way
+      const double a = lion.beta1 * s[0][i], b = (1.0 - lion.beta1) * g[i];
+      uncertain[i] = std::abs(a + b) <= 1e-6 * (std::abs(a) + std::abs(b));
+    }
+    r.update(g);
+    p = r.param, s[0] = r.exp_avg;
+  };
+  expect_steps_round_state<Space, kopt::Impl::LionPolicy, float>(lion, MasterStorage::f32,
+                                                                lion_step);
+  expect_steps_round_state<Space, kopt::Impl::LionPolicy, bfloat16>(lion, MasterStorage::remainder,
+                                                                   lion_step);
+}
+
+// Through the optimizer: group 0 keeps bf16 params' masters as remainders beside bf16
+// arrays (AdamW's 18-byte step), group 1 fp32 masters beside bf16 arrays.
+const std::vector<kopt::StateStorage> kBf16Storage = {
+    {.master = MasterStorage::remainder, .arrays = DType::bf16},
+    {.master = MasterStorage::f32, .arrays = DType::bf16}};
+
+std::vector<ParamDef> defs() {
+  return {{0, DType::bf16, DType::bf16, true, 1000}, {0, DType::f32, DType::f32, true, 8199},
+          {1, DType::bf16, DType::f32, true, 17},    {1, DType::f16, DType::f16, true, 13}};
+}
+
+kopt::HybridOptions clipped() {
+  kopt::HybridOptions options;
+  options.max_grad_norm = 5.0;
+  return options;
+}
+
+std::vector<kopt::AlgorithmConfig> configs() {
+  return {kopt::AdamConfig{.lr = 1e-2}, kopt::SgdConfig{.lr = 0.05, .momentum = 0.9}};
+}
+
+// A save resumes bitwise, with the weights written before or after load().
+TEST(Bf16StateOptimizer, SaveAndLoadResumeBitwise) {
+  TempDir dir;
+  AlgorithmWorld a(configs(), defs(), clipped(), 8, {}, kBf16Storage);
+  a.train(0, 10);
+  a.opt->save(dir.str("ckpt"));
+  const auto weights = a.all_params();
+  a.train(10, 10);
+  const auto end = saved_params(*a.opt);
+  for (const bool weights_first : {true, false}) {
+    SCOPED_TRACE(weights_first ? "weights first" : "weights after");
+    AlgorithmWorld b(configs(), defs(), clipped(), 8, {}, kBf16Storage);
+    const auto set_weights = [&] {
+      for (std::size_t j = 0; j < b.defs.size(); ++j) b.params[j].set(weights[j]);
+    };
+    if (weights_first) set_weights();
+    b.opt->load(dir.str("ckpt"));
+    if (!weights_first) set_weights();
+    b.train(10, 10);
+    EXPECT_EQ(b.all_params(), a.all_params());
+    EXPECT_TRUE(saved_params(*b.opt) == end) << "state differs";
+  }
+}
+
+// The file holds the bf16 arrays widened: a group of fp32 arrays loads them exactly (its
+// own save writes the same state); a file of fp32 arrays loads into bf16 arrays rounded to
+// nearest even. The masters load exactly across both forms (weights written before or after).
+TEST(Bf16StateOptimizer, CheckpointsLoadAcrossStateDtypes) {
+  TempDir dir;
+  AlgorithmWorld narrow(configs(), defs(), clipped(), 9, {}, kBf16Storage);
+  AlgorithmWorld wide(configs(), defs(), clipped(), 9);
+  narrow.train(0, 5);
+  wide.train(0, 5);
+  narrow.opt->save(dir.str("narrow"));
+  wide.opt->save(dir.str("wide"));
+  const auto narrow_state = saved_params(dir.str("narrow"));
+  const auto wide_state = saved_params(dir.str("wide"));
+
+  AlgorithmWorld into_wide(configs(), defs(), clipped(), 9);
+  for (std::size_t j = 0; j < defs().size(); ++j) into_wide.params[j].set(narrow.params[j].get());
+  into_wide.opt->load(dir.str("narrow"));
+  EXPECT_TRUE(saved_params(*into_wide.opt) == narrow_state) << "widened state changed";
+
+  AlgorithmWorld into_narrow(configs(), defs(), clipped(), 9, {}, kBf16Storage);
+  into_narrow.opt->load(dir.str("wide"));
+  for (std::size_t j = 0; j < defs().size(); ++j) into_narrow.params[j].set(wide.params[j].get());
+  std::size_t inexact = 0;
+  for (const auto& [name, s] : saved_params(*into_narrow.opt)) {
+    const SavedParam& w = wide_state.at(name);
+    ASSERT_EQ(s.values.size(), w.values.size()) << name;
+    const std::size_t arrays = static_cast<std::size_t>(std::popcount(w.arrays));
+    for (std::size_t k = 0; k < w.values.size(); ++k)
+      for (std::size_t i = 0; i < w.values[k].size(); ++i) {
+        const std::uint32_t expected =
+            k < arrays ? bits_of(kopt::bfloat16::from_float(float_of(w.values[k][i])).to_float())
+                       : w.values[k][i];  // the master: exact
+        ASSERT_EQ(s.values[k][i], expected) << name << " array " << k << " [" << i << "]";
+        inexact += s.values[k][i] != w.values[k][i];
+      }
+  }
+  EXPECT_GT(inexact, 0u) << "fp32 state that bf16 holds exactly tells nothing";
+}
+
+// 2 bytes per state array element; remainders 2 per bf16 master.
+TEST(Bf16StateOptimizer, StateBytesCountTwoBytesPerArrayElement) {
+  AlgorithmWorld w({kopt::AdamConfig{}}, {{0, DType::bf16, DType::bf16, true, 1000},
+                                          {0, DType::f32, DType::f32, true, 8199}},
+                   {}, 3, {}, {kBf16Storage[0]});
+  w.train(0, 1);
+  std::size_t bytes = 0;
+  for (const auto& [space, b] : w.opt->state_bytes()) bytes += b;
+  EXPECT_EQ(bytes, (2 + 2 + 2) * 1008u + (2 + 2) * 8208u);
+}
+
+TEST(Bf16StateOptimizer, BadInputIsRefusedNamingIt) {
+  kopt::ParamGroup group;
+  expect_error<kopt::InvalidArgument>([&] { group.set_state_dtype(DType::f16); },
+                                      "StateStorage.arrays = f16");
+  EXPECT_EQ(group.storage(), kopt::StateStorage{});
+  kopt::ParamGroup host(kopt::AdamConfig{}, kopt::StatePlacement::host);
+  expect_error<kopt::InvalidArgument>([&] { host.set_state_dtype(DType::bf16); },
+                                      "StatePlacement::host");
+  EXPECT_EQ(host.storage(), kopt::StateStorage{});
+  using Opt = kopt::FusedOptimizer<Kokkos::DefaultHostExecutionSpace, kopt::Impl::AdamPolicy>;
+  expect_error<kopt::InvalidArgument>(
+      [&] { Opt opt(Kokkos::DefaultHostExecutionSpace(), {}, "engine", {.arrays = DType::i32}); },
+      "StateStorage.arrays = i32");
+}
+
+}  // namespace
