@@ -1,8 +1,9 @@
 // The ceilings and the fused update on every enabled space. STREAM copy and triad first, then
 // each update variant (fp32; bf16 and fp16 params with fp32 masters; bf16 params with
-// remainder masters; fp32 with amsgrad) at sizes 2^16..2^26, every row timed beside the
-// ceiling of its own access pattern and (host spaces, fp32 masters) the plain OpenMP loop of
-// the same update: they alternate inside each iteration so machine noise hits all.
+// remainder masters, with fp32 or bf16 state; fp32 with amsgrad) at sizes 2^16..2^26, every
+// row timed beside the ceiling of its own access pattern and (host spaces, fp32 masters) the
+// plain OpenMP loop of the same update: they alternate inside each iteration so machine noise
+// hits all.
 #include <kopt/kopt.hpp>
 
 #include "ceiling.hpp"
@@ -75,9 +76,10 @@ void bm_update(benchmark::State& state) {
   if (loop) report_plain(state, plain_total, kopt_total);
 }
 
-// One tensor of n bf16 elements whose masters are remainders (MasterStorage::remainder):
-// 26 B/element against the 28 of an fp32 master, beside the ceiling of its own pattern.
-template <class ExecSpace>
+// One tensor of n bf16 elements whose masters are remainders (MasterStorage::remainder),
+// beside fp32 state arrays (26 B/element against the 28 of an fp32 master) or bf16 ones
+// (StateT = bfloat16: 18 B), beside the ceiling of its own pattern.
+template <class ExecSpace, class StateT>
 void bm_update_remainder(benchmark::State& state) {
   using Mem = typename ExecSpace::memory_space;
   using kopt::bfloat16;
@@ -86,17 +88,26 @@ void bm_update_remainder(benchmark::State& state) {
   Kokkos::View<bfloat16*, Mem> param("kopt::perf::param", n), grad("kopt::perf::grad", n);
   fill_random(param, 1);
   fill_random(grad, 2);
+  constexpr bool narrow = std::is_same_v<StateT, bfloat16>;
   kopt::FusedOptimizer<ExecSpace, kopt::Impl::AdamPolicy> opt(
-      exec, kopt::AdamConfig{}, "kopt::perf", {.master = kopt::MasterStorage::remainder});
+      exec, kopt::AdamConfig{}, "kopt::perf",
+      {.master = kopt::MasterStorage::remainder,
+       .arrays = narrow ? kopt::DType::bf16 : kopt::DType::f32});
   opt.add("w", kopt::Tensor(param), kopt::Tensor(grad));
   opt.step();  // allocates and first-touches the state, in parallel like every step
   const auto s = opt.state("w");
-  const auto at = [&](std::size_t k) { return const_cast<float*>(s.arrays[k].data()); };
-  const UpdatePattern<bfloat16, bfloat16, adam_arrays(false), std::uint16_t> pattern{
+  const auto at = [&](std::size_t k) {
+    if constexpr (narrow)
+      return const_cast<bfloat16*>(s.bf16_arrays[k].data());
+    else
+      return const_cast<float*>(s.arrays[k].data());
+  };
+  const UpdatePattern<bfloat16, bfloat16, adam_arrays(false), std::uint16_t, StateT> pattern{
       param.data(), grad.data(), const_cast<std::uint16_t*>(s.remainder.data()), at(0), at(1),
       nullptr};
   time_beside_ceiling(state, exec, pattern, n,
-                      remainder_update_bytes<bfloat16>(adam_arrays(false)), [&] { opt.step(); });
+                      remainder_update_bytes<bfloat16>(adam_arrays(false), sizeof(StateT)),
+                      [&] { opt.step(); });
 }
 
 }  // namespace
@@ -120,7 +131,8 @@ void register_update_benchmarks() {
             : pow2_sizes({16, 18, 20, 22, 24, 26}, {16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26});
     add("adamw_fp32" + on, bm_update<S, float, float, false>, sizes);
     add("adamw_bf16_master" + on, bm_update<S, bfloat16, bfloat16, false>, sizes);
-    add("adamw_bf16_remainder" + on, bm_update_remainder<S>, sizes);
+    add("adamw_bf16_remainder" + on, bm_update_remainder<S, float>, sizes);
+    add("adamw_bf16_remainder_bf16_state" + on, bm_update_remainder<S, bfloat16>, sizes);
     if (few) return;
     add("adamw_fp16_master" + on, bm_update<S, float16, float16, false>, sizes);
     add("adamw_fp32_amsgrad" + on, bm_update<S, float, float, true>, sizes);

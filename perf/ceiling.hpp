@@ -27,17 +27,27 @@ KOKKOS_FORCEINLINE_FUNCTION float raw_value(T x) {
 // 0 at run time, which the compiler cannot know, so every value is kept. 16-bit params: the
 // master is read and written and the param only written (a truncation stands for the
 // rounding); a master kept as a remainder (MasterT = std::uint16_t) is read and written
-// with the param, both read and written.
-template <class ParamT, class GradT, unsigned Arrays, class MasterT = float>
+// with the param, both read and written. bf16 state arrays (StateT) are read and written
+// as 16 bits.
+template <class StateT>
+KOKKOS_FORCEINLINE_FUNCTION void add_to(StateT& x, float gi) {
+  if constexpr (std::is_same_v<StateT, float>)
+    x += gi;
+  else
+    x = StateT{static_cast<std::uint16_t>(kopt::Impl::float_bits(raw_value(x) + gi) >> 16)};
+}
+
+template <class ParamT, class GradT, unsigned Arrays, class MasterT = float,
+          class StateT = float>
 KOKKOS_FORCEINLINE_FUNCTION void update_pattern(std::int64_t i, ParamT* KOPT_RESTRICT p,
                                                 const GradT* KOPT_RESTRICT g,
-                                                MasterT* KOPT_RESTRICT w, float* KOPT_RESTRICT s0,
-                                                float* KOPT_RESTRICT s1, float* KOPT_RESTRICT s2,
+                                                MasterT* KOPT_RESTRICT w, StateT* KOPT_RESTRICT s0,
+                                                StateT* KOPT_RESTRICT s1, StateT* KOPT_RESTRICT s2,
                                                 float c) {
   const float gi = c * raw_value(g[i]);
-  if constexpr ((Arrays & 1u) != 0) s0[i] += gi;
-  if constexpr ((Arrays & 2u) != 0) s1[i] += gi;
-  if constexpr ((Arrays & 4u) != 0) s2[i] += gi;
+  if constexpr ((Arrays & 1u) != 0) add_to(s0[i], gi);
+  if constexpr ((Arrays & 2u) != 0) add_to(s1[i], gi);
+  if constexpr ((Arrays & 4u) != 0) add_to(s2[i], gi);
   if constexpr (std::is_same_v<ParamT, float>) {
     p[i] += gi;
   } else if constexpr (std::is_same_v<MasterT, std::uint16_t>) {
@@ -57,11 +67,11 @@ KOKKOS_FORCEINLINE_FUNCTION void update_pattern(std::int64_t i, ParamT* KOPT_RES
 // machine and the pattern (2-core Xeon, 2^26: bf16 Adam 25.6 -> 28.0 GB/s with the requests,
 // 20-byte fp32 patterns 25.3 -> 24.2), so the ceiling is the faster of the two
 // (ceiling_seconds).
-template <bool Prefetch, class ParamT, class GradT, unsigned Arrays, class MasterT>
+template <bool Prefetch, class ParamT, class GradT, unsigned Arrays, class MasterT, class StateT>
 KOPT_LOOP_FUNCTION void update_pattern_loop(std::int64_t begin, std::int64_t end,
                                             ParamT* KOPT_RESTRICT p, const GradT* KOPT_RESTRICT g,
-                                            MasterT* KOPT_RESTRICT w, float* KOPT_RESTRICT s0,
-                                            float* KOPT_RESTRICT s1, float* KOPT_RESTRICT s2,
+                                            MasterT* KOPT_RESTRICT w, StateT* KOPT_RESTRICT s0,
+                                            StateT* KOPT_RESTRICT s1, StateT* KOPT_RESTRICT s2,
                                             float c) {
   using kopt::Impl::prefetch_ahead;
   constexpr int block = kopt::Impl::update_prefetch_stride;
@@ -76,33 +86,34 @@ KOPT_LOOP_FUNCTION void update_pattern_loop(std::int64_t begin, std::int64_t end
       if constexpr ((Arrays & 2u) != 0) prefetch_ahead(s1, a);
       if constexpr ((Arrays & 4u) != 0) prefetch_ahead(s2, a);
       for (int k = 0; k < block; ++k)
-        update_pattern<ParamT, GradT, Arrays, MasterT>(i + k, p, g, w, s0, s1, s2, c);
+        update_pattern<ParamT, GradT, Arrays, MasterT, StateT>(i + k, p, g, w, s0, s1, s2, c);
     }
   }
-  for (; i < end; ++i) update_pattern<ParamT, GradT, Arrays, MasterT>(i, p, g, w, s0, s1, s2, c);
+  for (; i < end; ++i)
+    update_pattern<ParamT, GradT, Arrays, MasterT, StateT>(i, p, g, w, s0, s1, s2, c);
 }
 
 /// The pattern of one fused update variant over the arrays of a tensor's state.
-template <class ParamT, class GradT, unsigned Arrays, class MasterT = float>
+template <class ParamT, class GradT, unsigned Arrays, class MasterT = float, class StateT = float>
 struct UpdatePattern {
   ParamT* param;
   const GradT* grad;
   MasterT* master;  // 16-bit params only
-  float* s0;
-  float* s1;
-  float* s2;
+  StateT* s0;
+  StateT* s1;
+  StateT* s2;
   float c = 0.0f;
   bool prefetch = false;  // the host loop's form (update_pattern_loop)
   KOKKOS_INLINE_FUNCTION void element(std::int64_t i) const {
-    update_pattern<ParamT, GradT, Arrays, MasterT>(i, param, grad, master, s0, s1, s2, c);
+    update_pattern<ParamT, GradT, Arrays, MasterT, StateT>(i, param, grad, master, s0, s1, s2, c);
   }
   KOKKOS_INLINE_FUNCTION void range(std::int64_t begin, std::int64_t end) const {
     if (prefetch)
-      update_pattern_loop<true, ParamT, GradT, Arrays, MasterT>(begin, end, param, grad, master,
-                                                                s0, s1, s2, c);
+      update_pattern_loop<true, ParamT, GradT, Arrays, MasterT, StateT>(begin, end, param, grad,
+                                                                        master, s0, s1, s2, c);
     else
-      update_pattern_loop<false, ParamT, GradT, Arrays, MasterT>(begin, end, param, grad, master,
-                                                                 s0, s1, s2, c);
+      update_pattern_loop<false, ParamT, GradT, Arrays, MasterT, StateT>(begin, end, param, grad,
+                                                                         master, s0, s1, s2, c);
   }
 };
 
@@ -190,8 +201,9 @@ void run_pattern(const ExecSpace& exec, const Pattern& pattern, std::int64_t n) 
 /// Seconds of an update pattern over n elements: on the host, the faster of its two loop forms
 /// (with and without software prefetch), each run once, so the ceiling is not a form kopt's
 /// own loop happens to beat; on devices, where prefetch_ahead is nothing, one run.
-template <class ExecSpace, class ParamT, class GradT, unsigned Arrays, class MasterT>
-double ceiling_seconds(const ExecSpace& exec, UpdatePattern<ParamT, GradT, Arrays, MasterT> pattern,
+template <class ExecSpace, class ParamT, class GradT, unsigned Arrays, class MasterT, class StateT>
+double ceiling_seconds(const ExecSpace& exec,
+                       UpdatePattern<ParamT, GradT, Arrays, MasterT, StateT> pattern,
                        std::int64_t n) {
   pattern.prefetch = false;
   const double plain = seconds(exec, [&] { run_pattern(exec, pattern, n); });

@@ -104,6 +104,18 @@ kopt_status kopt_groups_set_master(kopt_groups* groups, size_t group, const char
   });
 }
 
+kopt_status kopt_groups_set_state_dtype(kopt_groups* groups, size_t group, kopt_dtype dtype) {
+  return guard([&] {
+    auto& g = deref(groups, "groups");
+    KOPT_THROW_IF(group >= g.groups.size(), "kopt C API: group " << group << " does not exist ("
+                                                                 << g.groups.size() << " groups)");
+    KOPT_THROW_IF(dtype != KOPT_F32 && dtype != KOPT_BF16,
+                  "kopt C API: state dtype " << static_cast<int>(dtype)
+                                             << " is none of KOPT_F32, KOPT_BF16");
+    g.groups[group].set_state_dtype(dtype == KOPT_F32 ? kopt::DType::f32 : kopt::DType::bf16);
+  });
+}
+
 kopt_status kopt_get_group_config(kopt_optimizer* optimizer, size_t group, kopt_config** config) {
   return guard([&] {
     deref(config, "config");

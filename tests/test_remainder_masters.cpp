@@ -198,8 +198,13 @@ TYPED_TEST(RemainderEngine, MatchesFp32MastersBitwiseOnEveryBackend) {
     std::vector<float> mf(sizes[k]), mr(sizes[k]), vf(sizes[k]), vr(sizes[k]);
     f.read_state(name, 0, n, {nullptr, vf.data(), nullptr, mf.data()});
     r.read_state(name, 0, n, {nullptr, vr.data(), nullptr, mr.data()});
-    EXPECT_EQ(0, std::memcmp(mf.data(), mr.data(), 4 * sizes[k])) << name << ": masters differ";
-    EXPECT_EQ(0, std::memcmp(vf.data(), vr.data(), 4 * sizes[k])) << name << ": exp_avg_sq";
+    const auto bits = [](const std::vector<float>& v) {
+      std::vector<std::uint32_t> b;
+      for (const float x : v) b.push_back(bits_of(x));
+      return b;
+    };
+    EXPECT_EQ(bits(mf), bits(mr)) << name << ": masters differ";
+    EXPECT_EQ(bits(vf), bits(vr)) << name << ": exp_avg_sq differs";
     const auto state = r.state(name);
     std::vector<float> joined(sizes[k]);
     Kokkos::deep_copy(

@@ -108,6 +108,9 @@ kopt_status kopt_groups_add_group_config(kopt_groups* groups, const kopt_config*
  * "f32" (the default: a 4-byte copy) or "remainder" (bf16 params only: the param and a
  * 2-byte remainder hold the master exactly; not with host_state = 1). */
 kopt_status kopt_groups_set_master(kopt_groups* groups, size_t group, const char* master);
+/* The element type of group `group`'s state arrays (kopt::StateStorage::arrays): KOPT_F32
+ * (the default) or KOPT_BF16 (stored rounded to nearest even; not with host_state = 1). */
+kopt_status kopt_groups_set_state_dtype(kopt_groups* groups, size_t group, kopt_dtype dtype);
 kopt_status kopt_groups_add_param(kopt_groups* groups, size_t group, const char* name, void* param,
                                   kopt_dtype param_dtype, void* grad, kopt_dtype grad_dtype,
                                   int64_t numel, kopt_memory_space space);

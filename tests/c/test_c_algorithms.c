@@ -117,12 +117,24 @@ int main(void) {
   CHECK(strstr(kopt_last_error(), "StatePlacement::host") != NULL);
   CHECK(kopt_groups_set_master(groups, 0, "remainder") == KOPT_OK);
   CHECK(kopt_groups_set_master(groups, 1, "f32") == KOPT_OK);
+  CHECK(kopt_groups_set_state_dtype(groups, 0, KOPT_F16) == KOPT_ERROR_INVALID_ARGUMENT);
+  CHECK(strstr(kopt_last_error(), "state dtype") != NULL);
+  CHECK(kopt_groups_set_state_dtype(groups, 2, KOPT_BF16) == KOPT_ERROR_INVALID_ARGUMENT);
+  CHECK(strstr(kopt_last_error(), "StatePlacement::host") != NULL);
+  CHECK(kopt_groups_set_state_dtype(groups, 0, KOPT_F32) == KOPT_OK);
   CHECK(kopt_groups_add_param(groups, 0, "a", ra, KOPT_BF16, rg, KOPT_BF16, N, KOPT_HOST) == KOPT_OK);
   CHECK(kopt_groups_add_param(groups, 1, "b", rb, KOPT_BF16, rg, KOPT_BF16, N, KOPT_HOST) == KOPT_OK);
   CHECK(kopt_optimizer_create(groups, NULL, &opt) == KOPT_OK);
   for (int s = 0; s < 5; ++s) CHECK(kopt_step(opt, NULL) == KOPT_OK);
   CHECK(memcmp(ra, rb, sizeof ra) == 0);
   CHECK(ra[0] != (uint16_t)0x3e80); /* they moved (0.25 was 0x3e80) */
+  kopt_optimizer_destroy(opt);
+  /* bf16 state arrays beside remainders: the 18-byte step runs and moves the params. */
+  uint16_t before = ra[0];
+  CHECK(kopt_groups_set_state_dtype(groups, 0, KOPT_BF16) == KOPT_OK);
+  CHECK(kopt_optimizer_create(groups, NULL, &opt) == KOPT_OK);
+  CHECK(kopt_step(opt, NULL) == KOPT_OK);
+  CHECK(ra[0] != before);
   kopt_optimizer_destroy(opt);
   CHECK(kopt_groups_add_param(groups, 0, "h", half, KOPT_F16, rg, KOPT_BF16, N, KOPT_HOST) == KOPT_OK);
   opt = NULL;

@@ -11,20 +11,17 @@
 #include <array>
 #include <kopt/compat.hpp>
 #include <kopt/error.hpp>
+#include <kopt/impl/loaded_ties.hpp>
 #include <kopt/impl/param_registry.hpp>
 #include <kopt/impl/state_arrays.hpp>
 #include <kopt/impl/update_kernel.hpp>
 #include <kopt/param_group.hpp>
 #include <string>
-#include <unordered_map>
 #include <variant>
 #include <vector>
 
 namespace kopt::Impl {
 
-/// Copies `bytes` bytes between any two memory spaces this build has (blocks until done).
-void copy_bytes(void* dst, MemorySpace dst_space, const void* src, MemorySpace src_space,
-                std::size_t bytes);
 
 /// What picks a param's compiled update: its dtypes and its group's form of the update.
 struct ClassKey {
@@ -216,9 +213,9 @@ class EngineState {
                         Kokkos::subview(remainder_, std::make_pair(first, first + n)));
       const auto* high = reinterpret_cast<const bfloat16*>(param.data());
       for (std::size_t k = 0; k < n; ++k) master[k] = join_master(high[k], low[k]);
-      for (const TieFix& t : ties_of(i))  // as settle_ties() will take them
+      for (const LoadedTies::Tie& t : ties_.of(i))  // as settle_ties() will take them
         if (t.element >= offset && t.element - offset < count &&
-            takes_tie(high[t.element - offset], t.master))
+            LoadedTies::takes(high[t.element - offset], t.master))
           master[t.element - offset] = t.master;
       return;
     }
@@ -262,21 +259,10 @@ class EngineState {
     if (m >= 0 && remainders() && in[kMaster] != nullptr && n > 0) {
       // Only the master's remainder is kept: the param holds the rest once the weights saved
       // with it are loaded, before or after this (other weights move the master with them).
-      // Weights saved beside an fp32 master (MasterStorage::f32) round ties to even, so an
-      // odd tie's param is one ulp above the high half the remainder needs: such elements
-      // are kept aside, and settle_ties() takes their master at the next update.
-      std::vector<TieFix>& ties = ties_[i];
-      std::erase_if(ties, [&](const TieFix& t) {
-        return t.element >= offset && t.element - offset < count;  // written again
-      });
+      // Weights saved beside an fp32 master round odd ties to even (loaded_ties.hpp).
+      ties_.note(i, offset, count, in[kMaster]);
       std::vector<std::uint16_t> low(n);
-      for (std::size_t k = 0; k < n; ++k) {
-        const float x = in[kMaster][k];
-        low[k] = split_master(x).remainder;
-        if (split_master(x).param.bits != bfloat16::from_float(x).bits)
-          ties.push_back(TieFix{offset + static_cast<std::int64_t>(k), x});
-      }
-      if (ties.empty()) ties_.erase(i);
+      for (std::size_t k = 0; k < n; ++k) low[k] = split_remainder(in[kMaster][k]);
       const auto first = static_cast<std::size_t>(m + offset);
       Kokkos::deep_copy(exec, Kokkos::subview(remainder_, std::make_pair(first, first + n)),
                         ConstHostRemainders(low.data(), n));
@@ -295,47 +281,12 @@ class EngineState {
     registry.set_loaded(i, step);  // the weights may be loaded before or after this
   }
 
-  /// An element of a remainder-kept master loaded from a file, whose param may come rounded
-  /// to even (weights saved beside an fp32 master): see write().
-  struct TieFix {
-    std::int64_t element;
-    float master;
-  };
-  /// Whether a param that reads `param` now takes the loaded master `master` (its weights are
-  /// those saved with it, rounded to even), not the one its remainder gives.
-  static bool takes_tie(bfloat16 param, float master) {
-    return param.bits == bfloat16::from_float(master).bits;
-  }
-  /// The loaded elements of entry i still to settle (see write()).
-  const std::vector<TieFix>& ties_of(std::size_t i) const {
-    static const std::vector<TieFix> none;
-    const auto it = ties_.find(i);
-    return it == ties_.end() ? none : it->second;
-  }
-  /// Before the update of the entries with updated(i): each loaded element whose param
-  /// holds the file's weights rounded to even gets the param its master splits into, so the
-  /// update starts from the loaded master. Blocks (only after a load that had such ties:
-  /// about one element in 131,072).
+  /// Loaded masters whose params may come rounded to even (see write()).
+  const LoadedTies& loaded_ties() const { return ties_; }
+  /// Before the update of the entries with updated(i) (LoadedTies::settle).
   template <class Exec, class Updated>
   void settle_ties(const Exec& exec, const ParamRegistry& registry, Updated&& updated) {
-    if (ties_.empty()) return;
-    fence(exec, label_ + "::settle_ties");  // updates enqueued before may write the params
-    for (auto it = ties_.begin(); it != ties_.end();) {
-      if (!updated(it->first)) {
-        ++it;
-        continue;
-      }
-      auto* param = static_cast<unsigned char*>(registry[it->first].param.data);
-      const MemorySpace space = registry[it->first].param.space;
-      for (const TieFix& t : it->second) {
-        bfloat16 p;
-        copy_bytes(&p, MemorySpace::host, param + 2 * t.element, space, 2);
-        if (!takes_tie(p, t.master)) continue;  // other weights: the remainder follows them
-        p = split_master(t.master).param;
-        copy_bytes(param + 2 * t.element, space, &p, MemorySpace::host, 2);
-      }
-      it = ties_.erase(it);
-    }
+    ties_.settle(exec, label_, registry, std::forward<Updated>(updated));
   }
 
   /// Bytes of the arrays and masters.
@@ -372,7 +323,7 @@ class EngineState {
   std::array<NarrowView, Policy::num_arrays> narrow_;  ///< or bf16 state
   FloatView master_;          ///< MasterStorage::f32
   RemainderView remainder_;   ///< MasterStorage::remainder
-  std::unordered_map<std::size_t, std::vector<TieFix>> ties_;  ///< per entry, see write()
+  LoadedTies ties_;  ///< see write()
 };
 
 }  // namespace kopt::Impl

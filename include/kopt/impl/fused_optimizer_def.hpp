@@ -160,14 +160,14 @@ FusedOptimizer<ExecSpace, Policy>::synced_master_(std::size_t i) {
         Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>(exec_, 0, e.param.numel),
         Impl::JoinSpanFunctor{static_cast<const bfloat16*>(e.param.data),
                               state_.remainder().data() + e.master_offset, out.data()});
-    const auto& ties = state_.ties_of(i);
+    const auto& ties = state_.loaded_ties().of(i);
     if (!ties.empty()) Impl::fence(exec_, label_ + "::joined_master");
     for (const auto& t : ties) {  // as the next update will take them (settle_ties)
       bfloat16 p;
       Impl::copy_bytes(&p, MemorySpace::host,
                        static_cast<const bfloat16*>(e.param.data) + t.element, e.param.space,
                        sizeof p);
-      if (!state_.takes_tie(p, t.master)) continue;
+      if (!Impl::LoadedTies::takes(p, t.master)) continue;
       const auto at = static_cast<std::size_t>(t.element);
       Kokkos::deep_copy(exec_, Kokkos::subview(out, std::make_pair(at, at + 1)),
                         Kokkos::View<const float*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(
