@@ -15,6 +15,7 @@
 #include <kopt/runtime.hpp>
 #include <kopt/shard_layout.hpp>
 #include <kopt/sharding.hpp>
+#include <kopt/state_storage.hpp>
 #include <kopt/storage_types.hpp>
 #include <kopt/tensor.hpp>
 #include <kopt/version.hpp>

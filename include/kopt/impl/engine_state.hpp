@@ -15,7 +15,7 @@
 #include <kopt/impl/param_registry.hpp>
 #include <kopt/impl/state_arrays.hpp>
 #include <kopt/impl/update_kernel.hpp>
-#include <kopt/param_group.hpp>
+#include <kopt/state_storage.hpp>
 #include <string>
 #include <variant>
 #include <vector>

@@ -19,7 +19,7 @@
 #include <kopt/impl/fault_injection.hpp>
 #include <kopt/impl/param_remainder.hpp>
 #include <kopt/impl/policy.hpp>
-#include <kopt/param_group.hpp>
+#include <kopt/state_storage.hpp>
 #include <kopt/storage_types.hpp>
 #include <kopt/tensor.hpp>
 #include <string>

@@ -1,0 +1,46 @@
+#pragma once
+/// \file
+/// kopt::StateStorage: how a group stores its optimizer state (the masters' form, the state
+/// arrays' element type). Kokkos-free.
+
+#include <cstdint>
+#include <kopt/dtype.hpp>
+
+namespace kopt {
+
+/// How a group keeps the fp32 master of each 16-bit param (an f32 param is its own master).
+enum class MasterStorage : std::uint8_t {
+  /// An fp32 copy beside the param: 4 bytes per element. Any 16-bit dtype.
+  f32,
+  /// bf16 params only: the param's 16 bits and a 16-bit remainder hold the fp32 master
+  /// exactly, 2 bytes per element. The masters, and so every update, are bitwise those of
+  /// `f32`; the param is the master rounded to nearest with ties toward the truncated value
+  /// (kopt/impl/param_remainder.hpp says why ties-to-even cannot be kept), which differs from
+  /// `f32`'s param on one float in 131,072 by one bf16 ulp. The param is part of the master:
+  /// weights written into it move the master with them (within one bf16 ulp of the new
+  /// weights; exact when they are the weights saved with the optimizer's checkpoint).
+  /// Groups with state on the params' side only (StatePlacement::with_params, never chosen
+  /// for offload by OffloadOptions).
+  remainder,
+};
+
+/// "f32" or "remainder".
+const char* name_of(MasterStorage master);
+
+/// How a group stores its optimizer state: the masters' form, and the element type of its
+/// algorithm's state arrays (moments, momentum buffers, sums). The math runs in fp32 whatever
+/// they are; only storage narrows.
+struct StateStorage {
+  MasterStorage master = MasterStorage::f32;
+  /// DType::f32 (default) or DType::bf16: every state array element is rounded to nearest
+  /// even after each update (2 bytes instead of 4 per array and element). Checkpoints hold
+  /// the values widened to fp32; a file loaded into a group of bf16 arrays is rounded to
+  /// nearest even there.
+  DType arrays = DType::f32;
+  bool operator==(const StateStorage&) const = default;
+};
+
+/// Throws kopt::InvalidArgument naming the field when `storage` is invalid.
+void validate(const StateStorage& storage);
+
+}  // namespace kopt
