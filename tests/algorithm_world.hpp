@@ -72,6 +72,17 @@ struct AlgorithmWorld {
     for (auto& p : params) v.push_back(p.get());
     return v;
   }
+  // Loads the checkpoint in `dir` and writes `weights` into the params, before load() or
+  // after it (a user may do either).
+  void load(const std::string& dir, const std::vector<std::vector<double>>& weights,
+            bool weights_first) {
+    const auto set_weights = [&] {
+      for (std::size_t j = 0; j < params.size(); ++j) params[j].set(weights[j]);
+    };
+    if (weights_first) set_weights();
+    opt->load(dir);
+    if (!weights_first) set_weights();
+  }
 };
 
 // One param's state as a checkpoint holds it: its step count, which arrays it keeps, and

@@ -218,12 +218,7 @@ TEST(Bf16StateOptimizer, SaveAndLoadResumeBitwise) {
   for (const bool weights_first : {true, false}) {
     SCOPED_TRACE(weights_first ? "weights first" : "weights after");
     AlgorithmWorld b(configs(), defs(), clipped(), 8, {}, kBf16Storage);
-    const auto set_weights = [&] {
-      for (std::size_t j = 0; j < b.defs.size(); ++j) b.params[j].set(weights[j]);
-    };
-    if (weights_first) set_weights();
-    b.opt->load(dir.str("ckpt"));
-    if (!weights_first) set_weights();
+    b.load(dir.str("ckpt"), weights, weights_first);
     b.train(10, 10);
     EXPECT_EQ(b.all_params(), a.all_params());
     EXPECT_TRUE(saved_params(*b.opt) == end) << "state differs";

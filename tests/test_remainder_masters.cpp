@@ -133,12 +133,7 @@ TEST(RemainderMasters, SaveAndLoadResumeBitwiseInEveryOrderAndAcrossForms) {
           SCOPED_TRACE(std::string("loaded into ") + kopt::name_of(loaded) +
                        (weights_first ? ", weights first" : ", weights after"));
           AlgorithmWorld b({config}, defs(), {}, 6, {}, {{.master = loaded}});
-          const auto set_weights = [&] {
-            for (std::size_t j = 0; j < b.defs.size(); ++j) b.params[j].set(weights[j]);
-          };
-          if (weights_first) set_weights();
-          b.opt->load(dir.str("ckpt"));
-          if (!weights_first) set_weights();
+          b.load(dir.str("ckpt"), weights, weights_first);
           b.train(10, 10);
           const auto got = saved_params(*b.opt);
           for (const auto& [name, s] : end)
