@@ -97,10 +97,27 @@ kopt_status kopt_groups_set_master(kopt_groups* groups, size_t group, const char
                                                                  << g.groups.size() << " groups)");
     KOPT_THROW_IF(master == nullptr, "kopt C API: master is NULL");
     const std::string name = master;
-    KOPT_THROW_IF(name != "f32" && name != "remainder",
-                  "kopt C API: master '" << name << "' is none of \"f32\", \"remainder\"");
-    g.groups[group].set_master(name == "f32" ? kopt::MasterStorage::f32
-                                             : kopt::MasterStorage::remainder);
+    KOPT_THROW_IF(name != "f32" && name != "remainder" && name != "none",
+                  "kopt C API: master '" << name
+                                         << "' is none of \"f32\", \"remainder\", \"none\"");
+    g.groups[group].set_master(name == "f32"         ? kopt::MasterStorage::f32
+                               : name == "remainder" ? kopt::MasterStorage::remainder
+                                                     : kopt::MasterStorage::none);
+  });
+}
+
+kopt_status kopt_groups_set_rounding(kopt_groups* groups, size_t group, const char* rounding,
+                                     uint64_t seed) {
+  return guard([&] {
+    auto& g = deref(groups, "groups");
+    KOPT_THROW_IF(group >= g.groups.size(), "kopt C API: group " << group << " does not exist ("
+                                                                 << g.groups.size() << " groups)");
+    KOPT_THROW_IF(rounding == nullptr, "kopt C API: rounding is NULL");
+    const std::string name = rounding;
+    KOPT_THROW_IF(name != "nearest" && name != "stochastic",
+                  "kopt C API: rounding '" << name << "' is none of \"nearest\", \"stochastic\"");
+    g.groups[group].set_rounding(
+        name == "nearest" ? kopt::Rounding::nearest : kopt::Rounding::stochastic, seed);
   });
 }
 

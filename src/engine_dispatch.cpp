@@ -50,7 +50,10 @@ std::unique_ptr<Engine> make_engine(MemorySpace space, DType dtype,
                                     const AlgorithmConfig& algorithm, const StateStorage& storage) {
   const std::string where = engine_space_for(space);  // throws NotCompiled first
   std::string form;
-  if (storage.master == MasterStorage::remainder) form += ",remainder";
+  if (storage.master != MasterStorage::f32)
+    form += std::string(",master ") + name_of(storage.master);
+  if (storage.rounding != Rounding::nearest)
+    form += std::string(",") + name_of(storage.rounding) + " rounding";
   if (storage.arrays != DType::f32) form += std::string(",") + name_of(storage.arrays) + " state";
   const std::string label = label_for(space, dtype, algorithm, form.c_str());
 #ifdef KOKKOS_ENABLE_CUDA

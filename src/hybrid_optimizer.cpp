@@ -87,10 +87,19 @@ HybridOptimizer::HybridOptimizer(std::vector<ParamGroup> groups, const HybridOpt
                                                     << "(MasterStorage::remainder), which need "
                                                     << "bf16 params; parameter '" << p.name
                                                     << "' is f16");
-      // Its engine's storage form: remainders only for bf16 params (f32 ones are their
-      // own masters).
+      const bool stochastic = groups_[g].storage().rounding == Rounding::stochastic;
+      KOPT_THROW_IF(stochastic && p.param.dtype == DType::f16,
+                    "kopt::HybridOptimizer: group " << g << " rounds its updates stochastically "
+                                                    << "(Rounding::stochastic), which is of bf16 "
+                                                    << "params; parameter '" << p.name
+                                                    << "' is f16");
+      // Its engine's storage form: an f32 param is its own master, whatever the group says.
       StateStorage storage = groups_[g].storage();
-      if (p.param.dtype != DType::bf16) storage.master = MasterStorage::f32;
+      if (p.param.dtype == DType::f32) {
+        storage.master = MasterStorage::f32;
+        storage.rounding = Rounding::nearest;
+        storage.seed = 0;
+      }
       Pending item{g, &p, Impl::engine_space_for(p.param.space),  // NotCompiled if missing
                    groups_[g].placement() == StatePlacement::host, storage};
       // Only fp32 state is offloaded (a remainder is half of a master whose other half, the
@@ -108,7 +117,9 @@ HybridOptimizer::HybridOptimizer(std::vector<ParamGroup> groups, const HybridOpt
     if (chosen[i]) pending[candidates[i]].offloaded = true;
 
   // One engine per (execution space, dtype, offloaded, algorithm, storage form).
-  std::map<std::tuple<std::string, DType, bool, std::size_t, MasterStorage, DType>, std::size_t>
+  std::map<std::tuple<std::string, DType, bool, std::size_t, MasterStorage, DType, Rounding,
+                      std::uint64_t>,
+           std::size_t>
       engine_of;
   for (std::size_t ordinal = 0; ordinal < pending.size(); ++ordinal) {
     const Pending& item = pending[ordinal];
@@ -118,8 +129,10 @@ HybridOptimizer::HybridOptimizer(std::vector<ParamGroup> groups, const HybridOpt
       continue;
     }
     const AlgorithmConfig& algorithm = groups_[item.group].algorithm();
-    const auto key = std::make_tuple(item.space, p.param.dtype, item.offloaded, algorithm.index(),
-                                     item.storage.master, item.storage.arrays);
+    const auto key =
+        std::make_tuple(item.space, p.param.dtype, item.offloaded, algorithm.index(),
+                        item.storage.master, item.storage.arrays, item.storage.rounding,
+                        item.storage.seed);
     auto it = engine_of.find(key);
     if (it == engine_of.end()) {
       it = engine_of.emplace(key, engines_.size()).first;

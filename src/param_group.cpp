@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <string>
 #include <kopt/error.hpp>
 #include <kopt/impl/param_registry.hpp>
 #include <kopt/param_group.hpp>
@@ -10,7 +11,25 @@ const char* name_of(StatePlacement placement) {
 }
 
 const char* name_of(MasterStorage master) {
-  return master == MasterStorage::remainder ? "remainder" : "f32";
+  switch (master) {
+    case MasterStorage::f32:
+      return "f32";
+    case MasterStorage::remainder:
+      return "remainder";
+    case MasterStorage::none:
+      return "none";
+  }
+  return "invalid";
+}
+
+const char* name_of(Rounding rounding) {
+  switch (rounding) {
+    case Rounding::nearest:
+      return "nearest";
+    case Rounding::stochastic:
+      return "stochastic";
+  }
+  return "invalid";
 }
 
 ParamGroup::ParamGroup(const AlgorithmConfig& config, StatePlacement placement)
@@ -26,9 +45,18 @@ void ParamGroup::set_algorithm(const AlgorithmConfig& config) {
 }
 
 void validate(const StateStorage& storage) {
-  KOPT_THROW_IF(
-      storage.master != MasterStorage::f32 && storage.master != MasterStorage::remainder,
-      "StateStorage.master: invalid MasterStorage " << static_cast<int>(storage.master));
+  KOPT_THROW_IF(std::string(name_of(storage.master)) == "invalid",
+                "StateStorage.master: invalid MasterStorage " << static_cast<int>(storage.master));
+  KOPT_THROW_IF(std::string(name_of(storage.rounding)) == "invalid",
+                "StateStorage.rounding: invalid Rounding " << static_cast<int>(storage.rounding));
+  KOPT_THROW_IF(storage.rounding != Rounding::nearest && storage.master != MasterStorage::none,
+                "StateStorage.rounding = " << name_of(storage.rounding) << " with master = "
+                                           << name_of(storage.master)
+                                           << ": only a group without masters (MasterStorage::"
+                                           << "none) rounds its updates into the params");
+  KOPT_THROW_IF(storage.seed != 0 && storage.rounding != Rounding::stochastic,
+                "StateStorage.seed = " << storage.seed
+                                       << " without stochastic rounding, which alone uses it");
   KOPT_THROW_IF(storage.arrays != DType::f32 && storage.arrays != DType::bf16,
                 "StateStorage.arrays = " << name_of(storage.arrays)
                                          << " is not a state dtype kopt stores: f32 or bf16");
@@ -37,11 +65,23 @@ void validate(const StateStorage& storage) {
 ParamGroup& ParamGroup::set_master(MasterStorage master) {
   StateStorage s = storage_;
   s.master = master;
+  // Rounding belongs to groups without masters, and starts at nearest for each.
+  s.rounding = Rounding::nearest;
+  s.seed = 0;
   validate(s);
-  KOPT_THROW_IF(master == MasterStorage::remainder && placement_ == StatePlacement::host,
-                "ParamGroup::set_master(remainder): a group with StatePlacement::host keeps "
-                "its masters apart from the params (their host copy), so they cannot be "
-                "remainders; use MasterStorage::f32 there");
+  KOPT_THROW_IF(master != MasterStorage::f32 && placement_ == StatePlacement::host,
+                "ParamGroup::set_master(" << name_of(master) << "): a group with "
+                << "StatePlacement::host keeps its masters apart from the params (their host "
+                << "copy); use MasterStorage::f32 there");
+  storage_ = s;
+  return *this;
+}
+
+ParamGroup& ParamGroup::set_rounding(Rounding rounding, std::uint64_t seed) {
+  StateStorage s = storage_;
+  s.rounding = rounding;
+  s.seed = seed;
+  validate(s);
   storage_ = s;
   return *this;
 }

@@ -32,7 +32,10 @@ struct AlgorithmWorld {
                                           ? kopt::StatePlacement::host
                                           : kopt::StatePlacement::with_params);
       if (g < storage.size())
-        groups.back().set_master(storage[g].master).set_state_dtype(storage[g].arrays);
+        groups.back()
+            .set_master(storage[g].master)
+            .set_rounding(storage[g].rounding, storage[g].seed)
+            .set_state_dtype(storage[g].arrays);
     }
     std::mt19937 rng(seed);
     for (std::size_t j = 0; j < defs.size(); ++j) {

@@ -9,8 +9,7 @@
 #include <random>
 
 #include "algorithm_world.hpp"
-#include "reference_adam.hpp"
-#include "reference_algorithms.hpp"
+#include "reference_steps.hpp"
 #include "test_support.hpp"
 
 namespace {
@@ -119,15 +118,8 @@ TYPED_TEST(Bf16State, AdamStepsMatchTheRoundedReference) {
   for (const kopt::AdamConfig c :
        {kopt::AdamConfig{.lr = 1e-2, .weight_decay = 0.01},
         kopt::AdamConfig{.lr = 1e-2, .weight_decay = 0.1, .decoupled = false, .amsgrad = true}}) {
-    const auto step = [&](int t, std::vector<double>& p, const std::vector<double>& g,
-                          std::array<std::vector<double>, 3>& s, std::vector<char>&) {
-      ReferenceAdam r(c, p);
-      r.step = t - 1;
-      r.exp_avg = s[0], r.exp_avg_sq = s[1], r.max_exp_avg_sq = s[2];
-      r.update(g);
-      p = r.param, s[0] = r.exp_avg, s[1] = r.exp_avg_sq, s[2] = r.max_exp_avg_sq;
-    };
     SCOPED_TRACE(c.amsgrad ? "amsgrad" : "adamw");
+    const ReferenceStep step = adam_step(c);
     expect_steps_round_state<Space, kopt::Impl::AdamPolicy, float>(c, MasterStorage::f32, step);
     expect_steps_round_state<Space, kopt::Impl::AdamPolicy, kopt::bfloat16>(c, MasterStorage::f32,
                                                                            step);
@@ -140,49 +132,22 @@ TYPED_TEST(Bf16State, SgdLionAndAdagradStepsMatchTheRoundedReference) {
   using Space = TypeParam;
   using kopt::bfloat16;
   const kopt::SgdConfig sgd{.lr = 0.05, .momentum = 0.9, .weight_decay = 0.01, .nesterov = true};
-  const auto sgd_step = [&](int t, std::vector<double>& p, const std::vector<double>& g,
-                            std::array<std::vector<double>, 3>& s, std::vector<char>&) {
-    ReferenceSgd r(sgd, p);
-    r.step = t - 1;
-    r.momentum_buffer = s[0];
-    r.update(g);
-    p = r.param, s[0] = r.momentum_buffer;
-  };
-  expect_steps_round_state<Space, kopt::Impl::SgdPolicy, float>(sgd, MasterStorage::f32, sgd_step);
+  expect_steps_round_state<Space, kopt::Impl::SgdPolicy, float>(sgd, MasterStorage::f32,
+                                                               sgd_step(sgd));
   expect_steps_round_state<Space, kopt::Impl::SgdPolicy, bfloat16>(sgd, MasterStorage::remainder,
-                                                                  sgd_step);
+                                                                  sgd_step(sgd));
 
   const kopt::AdagradConfig adagrad{.lr = 0.05, .lr_decay = 0.01, .initial_accumulator_value = 0.1};
-  const auto adagrad_step = [&](int t, std::vector<double>& p, const std::vector<double>& g,
-                                std::array<std::vector<double>, 3>& s, std::vector<char>&) {
-    ReferenceAdagrad r(adagrad, p);  // its sum starts at initial_accumulator_value
-    r.step = t - 1;
-    if (t > 1) r.sum = s[0];  // kopt stores 0 until the first step
-    r.update(g);
-    p = r.param, s[0] = r.sum;
-  };
   expect_steps_round_state<Space, kopt::Impl::AdagradPolicy, float>(adagrad, MasterStorage::f32,
-                                                                   adagrad_step);
+                                                                   adagrad_step(adagrad));
   expect_steps_round_state<Space, kopt::Impl::AdagradPolicy, bfloat16>(
-      adagrad, MasterStorage::remainder, adagrad_step);
+      adagrad, MasterStorage::remainder, adagrad_step(adagrad));
 
   const kopt::LionConfig lion{.lr = 1e-3, .weight_decay = 0.1};
-  const auto lion_step = [&](int t, std::vector<double>& p, const std::vector<double>& g,
-                             std::array<std::vector<double>, 3>& s, std::vector<char>& uncertain) {
-    ReferenceLion r(lion, p);
-    r.step = t - 1;
-    r.exp_avg = s[0];
-    for (std::size_t i = 0; i < p.size(); ++i) {  // a sign fp32 may take either way
-      const double a = lion.beta1 * s[0][i], b = (1.0 - lion.beta1) * g[i];
-      uncertain[i] = std::abs(a + b) <= 1e-6 * (std::abs(a) + std::abs(b));
-    }
-    r.update(g);
-    p = r.param, s[0] = r.exp_avg;
-  };
   expect_steps_round_state<Space, kopt::Impl::LionPolicy, float>(lion, MasterStorage::f32,
-                                                                lion_step);
+                                                                lion_step(lion));
   expect_steps_round_state<Space, kopt::Impl::LionPolicy, bfloat16>(lion, MasterStorage::remainder,
-                                                                   lion_step);
+                                                                   lion_step(lion));
 }
 
 // Through the optimizer: group 0 keeps bf16 params' masters as remainders beside bf16

@@ -29,7 +29,7 @@ struct StateView {
   /// The engine's own bf16 arrays (StateStorage::arrays = bf16; else empty).
   std::array<Kokkos::View<const bfloat16*, MemSpace>, NumArrays> bf16_arrays;
   /// Empty for fp32 params; under MasterStorage::remainder, a copy joined from the param
-  /// and its remainder.
+  /// and its remainder; under MasterStorage::none, the param widened.
   Kokkos::View<const float*, MemSpace> master;
   /// The masters' remainders (MasterStorage::remainder; else empty): the engine's own array.
   Kokkos::View<const std::uint16_t*, MemSpace> remainder;
@@ -200,6 +200,9 @@ class FusedOptimizer {
   std::vector<ScalarSet> sets_;
   Kokkos::View<Scalars*, memory_space> scalars_;
   typename Kokkos::View<Scalars*, memory_space>::HostMirror scalars_host_;
+  /// The step each row makes (Rounding::stochastic keys its bits by it; else empty).
+  Kokkos::View<std::int64_t*, memory_space> row_steps_;
+  typename Kokkos::View<std::int64_t*, memory_space>::HostMirror row_steps_host_;
 };
 
 }  // namespace kopt

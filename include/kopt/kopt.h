@@ -105,9 +105,16 @@ kopt_status kopt_groups_add_group(kopt_groups* groups, const kopt_adam_config* c
 kopt_status kopt_groups_add_group_config(kopt_groups* groups, const kopt_config* config,
                                          int32_t host_state, size_t* index);
 /* How group `group` keeps the fp32 masters of its 16-bit params (kopt::MasterStorage):
- * "f32" (the default: a 4-byte copy) or "remainder" (bf16 params only: the param and a
- * 2-byte remainder hold the master exactly; not with host_state = 1). */
+ * "f32" (the default: a 4-byte copy), "remainder" (bf16 params only: the param and a
+ * 2-byte remainder hold the master exactly) or "none" (no master: updates are rounded into
+ * the params, see kopt_groups_set_rounding); only "f32" with host_state = 1. Setting it
+ * resets the rounding to "nearest". */
 kopt_status kopt_groups_set_master(kopt_groups* groups, size_t group, const char* master);
+/* How a group without masters ("none") rounds its updates into its params
+ * (kopt::Rounding): "nearest" (seed must be 0) or "stochastic" (bf16 params; the random
+ * bits derive from seed, step, param name and element index alone). */
+kopt_status kopt_groups_set_rounding(kopt_groups* groups, size_t group, const char* rounding,
+                                     uint64_t seed);
 /* The element type of group `group`'s state arrays (kopt::StateStorage::arrays): KOPT_F32
  * (the default) or KOPT_BF16 (stored rounded to nearest even; not with host_state = 1). */
 kopt_status kopt_groups_set_state_dtype(kopt_groups* groups, size_t group, kopt_dtype dtype);

@@ -73,6 +73,10 @@ class ParamGroup {
   /// Returns *this for chaining. The optimizer checks it against the params when built.
   ParamGroup& set_master(MasterStorage master);
   MasterStorage master() const { return storage_.master; }
+  /// How a group without masters rounds its updates (MasterStorage::none; set it after
+  /// set_master(none), which a later set_master to another form resets): Rounding::
+  /// stochastic with `seed`, or nearest (seed 0). Returns *this for chaining.
+  ParamGroup& set_rounding(Rounding rounding, std::uint64_t seed = 0);
   /// The element type of the algorithm's state arrays (StateStorage::arrays; default f32).
   /// Returns *this for chaining.
   ParamGroup& set_state_dtype(DType dtype);

@@ -22,10 +22,31 @@ enum class MasterStorage : std::uint8_t {
   /// Groups with state on the params' side only (StatePlacement::with_params, never chosen
   /// for offload by OffloadOptions).
   remainder,
+  /// No master: the update runs from the 16-bit param widened and is rounded straight back
+  /// into it (StateStorage::rounding), 0 bytes per element. Round to nearest loses every
+  /// update smaller than half an ulp of the param (bf16: 2^-9 of its magnitude): sane when
+  /// lr times the update stays well above that, e.g. short fine-tunes at large lr. Stochastic
+  /// rounding (bf16 params) keeps such updates in expectation and is the choice for long
+  /// runs with small lr. Groups with state on the params' side only.
+  none,
 };
 
-/// "f32" or "remainder".
+/// "f32", "remainder" or "none".
 const char* name_of(MasterStorage master);
+
+/// How a group without masters (MasterStorage::none) rounds each update into its params.
+enum class Rounding : std::uint8_t {
+  /// To nearest, ties to even: what an fp32 master's param would show.
+  nearest,
+  /// Up with probability (distance to the value below) / ulp, so the expected param is the
+  /// fp32 result. bf16 params only. The random bits are a hash of (StateStorage::seed, the
+  /// step count, the param's name, the element's index in the whole tensor): the same bits
+  /// at any thread count, on every backend, at any world size and sharding.
+  stochastic,
+};
+
+/// "nearest" or "stochastic".
+const char* name_of(Rounding rounding);
 
 /// How a group stores its optimizer state: the masters' form, and the element type of its
 /// algorithm's state arrays (moments, momentum buffers, sums). The math runs in fp32 whatever
@@ -37,6 +58,10 @@ struct StateStorage {
   /// the values widened to fp32; a file loaded into a group of bf16 arrays is rounded to
   /// nearest even there.
   DType arrays = DType::f32;
+  /// MasterStorage::none only (else nearest): how updates are rounded into the params.
+  Rounding rounding = Rounding::nearest;
+  /// Rounding::stochastic only (else 0): the seed of its random bits.
+  std::uint64_t seed = 0;
   bool operator==(const StateStorage&) const = default;
 };
 

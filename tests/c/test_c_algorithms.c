@@ -140,6 +140,27 @@ int main(void) {
   opt = NULL;
   CHECK(kopt_optimizer_create(groups, NULL, &opt) == KOPT_ERROR_INVALID_ARGUMENT && opt == NULL);
   CHECK(strstr(kopt_last_error(), "'h' is f16") != NULL);
+  /* No masters: stochastic rounding is of bf16 params ('h' is f16), nearest of any. */
+  CHECK(kopt_groups_set_rounding(groups, 0, "stochastic", 7) == KOPT_ERROR_INVALID_ARGUMENT);
+  CHECK(strstr(kopt_last_error(), "only a group without masters") != NULL);
+  CHECK(kopt_groups_set_master(groups, 0, "none") == KOPT_OK);
+  CHECK(kopt_groups_set_rounding(groups, 0, "stochastic", 7) == KOPT_OK);
+  CHECK(kopt_optimizer_create(groups, NULL, &opt) == KOPT_ERROR_INVALID_ARGUMENT && opt == NULL);
+  CHECK(strstr(kopt_last_error(), "'h' is f16") != NULL);
+  CHECK(kopt_groups_set_rounding(groups, 0, "fast", 0) == KOPT_ERROR_INVALID_ARGUMENT);
+  CHECK(strstr(kopt_last_error(), "'fast'") != NULL);
+  CHECK(kopt_groups_set_rounding(groups, 0, NULL, 0) == KOPT_ERROR_INVALID_ARGUMENT);
+  CHECK(kopt_groups_set_rounding(groups, 0, "nearest", 7) == KOPT_ERROR_INVALID_ARGUMENT);
+  CHECK(strstr(kopt_last_error(), "seed") != NULL);
+  CHECK(kopt_groups_set_rounding(groups, 9, "nearest", 0) == KOPT_ERROR_INVALID_ARGUMENT);
+  CHECK(kopt_groups_set_master(groups, 2, "none") == KOPT_ERROR_INVALID_ARGUMENT);
+  CHECK(strstr(kopt_last_error(), "StatePlacement::host") != NULL);
+  CHECK(kopt_groups_set_rounding(groups, 0, "nearest", 0) == KOPT_OK);
+  before = ra[0];
+  CHECK(kopt_optimizer_create(groups, NULL, &opt) == KOPT_OK);
+  CHECK(kopt_step(opt, NULL) == KOPT_OK);
+  CHECK(ra[0] != before); /* updated in place, no master */
+  kopt_optimizer_destroy(opt);
   kopt_groups_destroy(groups);
   kopt_config_destroy(adam_config);
   kopt_config_destroy(sgd);

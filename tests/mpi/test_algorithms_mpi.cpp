@@ -157,3 +157,48 @@ TEST(RemainderZero1, ShardedRemainderRunsMatchOneProcessBitwise) {
       for (const auto& [name, s] : a) EXPECT_TRUE(s == b.at(name)) << name << ": masters differ";
     }
 }
+
+// No masters (MasterStorage::none), rounded to nearest and stochastically: the random bits
+// derive from (seed, step, name, global element index) alone, so ZeRO-1 and ZeRO-2 at any
+// world size give the params and state of one process bitwise. (ZeRO-2 as above: each rank
+// its own grads, reduced in f32; the one process gets their f32 sums.)
+TEST(NoMasterZero, ShardedRunsWithoutMastersMatchOneProcessBitwise) {
+  std::vector<ParamDef> d = {{0, DType::bf16, DType::bf16, false, 1000},
+                             {0, DType::bf16, DType::f32, false, 8199},
+                             {0, DType::bf16, DType::bf16, false, 3},
+                             {0, DType::f32, DType::f32, false, 1}};
+  kopt::HybridOptions options;
+  options.max_grad_norm = 5.0;
+  for (const kopt::Rounding rounding : {kopt::Rounding::nearest, kopt::Rounding::stochastic})
+    for (const DType arrays : {DType::f32, DType::bf16})
+      for (const kopt::ZeroStage stage : {kopt::ZeroStage::one, kopt::ZeroStage::two}) {
+        const bool two = stage == kopt::ZeroStage::two;
+        SCOPED_TRACE(std::string(kopt::name_of(rounding)) +
+                     (arrays == DType::bf16 ? ", bf16 state" : "") + (two ? ", ZeRO-2" : ", ZeRO-1"));
+        const kopt::AlgorithmConfig config = kopt::AdamConfig{.lr = 1e-3};
+        const std::uint64_t seed = rounding == kopt::Rounding::stochastic ? 7 : 0;
+        const std::vector<kopt::StateStorage> storage = {{.master = kopt::MasterStorage::none,
+                                                          .arrays = arrays,
+                                                          .rounding = rounding,
+                                                          .seed = seed}};
+        std::vector<ParamDef> summed = d;
+        for (ParamDef& p : summed) p.grad = two ? DType::f32 : p.grad;
+        AlgorithmWorld one({config}, summed, options, 26, {}, storage);
+        AlgorithmWorld zero({config}, d, sharded(options, stage), 26, {}, storage);
+        for (int s = 0; s < 8; ++s) {
+          if (two) {
+            const auto mine = rank_grads(d, s, false), all = rank_grads(d, s, true);
+            for (std::size_t j = 0; j < d.size(); ++j) {
+              zero.grads[j].set(mine[j]);
+              one.grads[j].set(all[j]);
+            }
+          } else {
+            one.set_grads(s);
+            zero.set_grads(s);
+          }
+          one.opt->step();
+          zero.opt->step();
+        }
+        expect_same(one, zero);
+      }
+}

@@ -76,6 +76,8 @@ class EngineState {
   }
   const StateStorage& storage() const { return storage_; }
   bool remainders() const { return storage_.master == MasterStorage::remainder; }
+  /// Whether the masters are fp32 copies (MasterStorage::f32): neither remainders nor none.
+  bool master_copies() const { return storage_.master == MasterStorage::f32; }
   /// Whether the policy's arrays are stored as bf16 (StateStorage::arrays).
   bool narrow() const { return storage_.arrays == DType::bf16; }
 
@@ -87,7 +89,9 @@ class EngineState {
   bool grow(const Exec& exec, ParamRegistry& registry) {
     require_kokkos(label_.c_str());
     const auto [moments, sixteen_bit] = registry.lay_out();
-    const std::int64_t masters = masters_ == Masters::of_every_param ? moments : sixteen_bit;
+    const std::int64_t masters = storage_.master == MasterStorage::none ? 0
+                                 : masters_ == Masters::of_every_param ? moments
+                                                                       : sixteen_bit;
     const unsigned needed = arrays_needed(registry);
     const auto sized = [](const FloatView& v, std::int64_t n) {
       return static_cast<std::int64_t>(v.extent(0)) == n;
@@ -134,9 +138,10 @@ class EngineState {
       if (held(k)) mask |= 1u << k;
     return mask;
   }
-  /// Where entry e's master sits in master(), or -1 when its state has none (f32 params).
+  /// Where entry e's master sits in master() (or remainder()), or -1 when its state has none
+  /// (f32 params, MasterStorage::none).
   std::int64_t master_at(const ParamEntry& e) const {
-    if (e.param.dtype == DType::f32) return -1;
+    if (e.param.dtype == DType::f32 || storage_.master == MasterStorage::none) return -1;
     return masters_ == Masters::of_every_param ? e.state_offset : e.master_offset;
   }
   /// Points `slot` at entry e's state from its element `begin` on (null where none).
@@ -144,6 +149,10 @@ class EngineState {
     const std::int64_t m = master_at(e);
     slot.master = m >= 0 && !remainders() ? master_.data() + m + begin : nullptr;
     slot.remainder = m >= 0 && remainders() ? remainder_.data() + m + begin : nullptr;
+    slot.rounding_stream = storage_.rounding == Rounding::stochastic
+                               ? rounding_stream(storage_.seed, e.name)
+                               : 0;
+    slot.first_index = e.param.global_offset + begin;
     for (std::size_t k = 0; k < arrays_.size(); ++k) {
       const std::int64_t at = e.state_offset + begin;
       slot.state[k] = !held(k) ? nullptr
@@ -195,10 +204,12 @@ class EngineState {
       }
     }
     float* const master = out[kMaster];
+    if (master == nullptr || n == 0 || e.param.dtype == DType::f32) return;
     const std::int64_t m = master_at(e);
-    if (m < 0 || master == nullptr || n == 0) return;
-    if (!remainders()) get(master_, m, master);
-    if (!registry.sync_master(i) && !remainders()) return;
+    const bool none = storage_.master == MasterStorage::none;
+    if (m < 0 && !none) return;
+    if (master_copies()) get(master_, m, master);
+    if (!registry.sync_master(i) && master_copies()) return;
     // What the next update would start from, computed on a host copy of the param: the
     // engine's own master changes only then, so weights written after this still count.
     const std::size_t width = size_of(e.param.dtype);
@@ -222,15 +233,18 @@ class EngineState {
     visit_update_dtype(e.param.dtype, [&](auto param_type) {
       using ParamT = decltype(param_type);
       if constexpr (!std::is_same_v<ParamT, float>) {
-        const SyncSpanFunctor<ParamT> sync{reinterpret_cast<const ParamT*>(param.data()), master,
-                                           master};
-        for (std::size_t k = 0; k < n; ++k) sync(static_cast<std::int64_t>(k));
+        const auto* p = reinterpret_cast<const ParamT*>(param.data());
+        const SyncSpanFunctor<ParamT> sync{p, master, master};
+        const WidenSpanFunctor<ParamT> widen{p, master};  // none: the param is the master
+        for (std::size_t k = 0; k < n; ++k)
+          none ? widen(static_cast<std::int64_t>(k)) : sync(static_cast<std::int64_t>(k));
       }
     });
   }
 
   /// Overwrites elements [offset, offset + count) of entry i's state from host arrays (null,
-  /// an array no group uses, an f32 param's master: left alone). Blocks.
+  /// an array no group uses, an f32 param's master, any master under MasterStorage::none,
+  /// whose params are all there is: left alone). Blocks.
   template <class Exec>
   void write(const Exec& exec, const ParamRegistry& registry, std::size_t i, std::int64_t offset,
              std::int64_t count, const StateArrays<const float>& in) {

@@ -61,6 +61,11 @@ void FusedOptimizer<ExecSpace, Policy>::add(const std::string& name, const Tenso
                 label_ << ": parameter '" << name << "' is " << name_of(param.dtype)
                        << ": masters kept as remainders (MasterStorage::remainder) need bf16 "
                        << "params (or f32 ones, which are their own masters)");
+  KOPT_THROW_IF(state_.storage().rounding == Rounding::stochastic &&
+                    param.dtype != DType::bf16 && param.dtype != DType::f32,
+                label_ << ": parameter '" << name << "' is " << name_of(param.dtype)
+                       << ": stochastic rounding (Rounding::stochastic) is of bf16 params "
+                       << "(f32 ones are their own masters)");
   registry_.add(name, param, grad, group);
 }
 
@@ -125,6 +130,14 @@ void FusedOptimizer<ExecSpace, Policy>::fill_slots_() {
     scalars_host_ = Kokkos::create_mirror_view(scalars);
     scalars_ = scalars;
   }
+  if (state_.storage().rounding == Rounding::stochastic &&
+      row_steps_.extent(0) < std::max<std::size_t>(sets_.size(), 1)) {
+    Impl::allocation_point();
+    decltype(row_steps_) steps(Kokkos::view_alloc(exec_, label_ + "::row_steps"),
+                               std::max<std::size_t>(sets_.size(), 1));
+    row_steps_host_ = Kokkos::create_mirror_view(steps);
+    row_steps_ = steps;
+  }
   Kokkos::deep_copy(exec_, slots_, slots_host_);  // a no-op where the mirror is the view
 }
 
@@ -154,6 +167,18 @@ FusedOptimizer<ExecSpace, Policy>::synced_master_(std::size_t i) {
   Impl::allocation_point();
   FloatView out(Kokkos::view_alloc(Kokkos::WithoutInitializing, label_ + "::synced_master"),
                 static_cast<std::size_t>(e.param.numel));
+  if (state_.storage().master == MasterStorage::none) {  // the param is all there is
+    Impl::visit_update_dtype(e.param.dtype, [&](auto param_type) {
+      using ParamT = decltype(param_type);
+      if constexpr (!std::is_same_v<ParamT, float>)
+        Kokkos::parallel_for(
+            label_ + "::widened_param",
+            Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>(exec_, 0,
+                                                                             e.param.numel),
+            Impl::WidenSpanFunctor<ParamT>{static_cast<const ParamT*>(e.param.data), out.data()});
+    });
+    return out;
+  }
   if (state_.remainders()) {  // the param and its remainder, joined
     Kokkos::parallel_for(
         label_ + "::joined_master",
@@ -239,7 +264,7 @@ void FusedOptimizer<ExecSpace, Policy>::build_plan_() {
   sync.clear();
   for (std::size_t i = 0; i < registry_.size(); ++i)
     if (signature_[i] > 0 && registry_.sync_master(i) && registry_[i].master_offset >= 0 &&
-        !state_.remainders())  // a param is half of its master: always in sync
+        state_.master_copies())  // a remainder's param is half of its master: always in sync
       sync.push_back(i);
   if (sync != sync_entries_) build_sync_(sync);
   fill_slots_();
@@ -274,6 +299,10 @@ void FusedOptimizer<ExecSpace, Policy>::step(double grad_scale) {
   for (std::size_t k = 0; k < sets_.size(); ++k)
     scalars_host_(k) = Policy::scalars(config(sets_[k].group), sets_[k].step + 1, grad_scale);
   Kokkos::deep_copy(exec_, scalars_, scalars_host_);
+  if (row_steps_.extent(0) > 0) {
+    for (std::size_t k = 0; k < sets_.size(); ++k) row_steps_host_(k) = sets_[k].step + 1;
+    Kokkos::deep_copy(exec_, row_steps_, row_steps_host_);
+  }
   // Launched here, not in prepare_step(): a step that fails or is skipped before its update
   // leaves the masters as they were, so weights written after it still count.
   for (const SyncTable& t : sync_tables_)
@@ -282,7 +311,7 @@ void FusedOptimizer<ExecSpace, Policy>::step(double grad_scale) {
   for (const KernelClass& kc : classes_)
     Impl::launch_update<ExecSpace, Policy>(
         exec_, label_ + "::update", kc.key.param, kc.key.grad, kc.key.variant, state_.storage(),
-        slots_, scalars_, kc.chunks);
+        slots_, scalars_, row_steps_, kc.chunks);
   for (const std::size_t i : updated_) registry_.advance(i);  // the master leads from now on
   for (ScalarSet& set : sets_) ++set.step;  // its params all stepped: still one row
   // Every synced entry was just updated: the next step syncs none of them (the plan stays
@@ -327,11 +356,11 @@ typename FusedOptimizer<ExecSpace, Policy>::State FusedOptimizer<ExecSpace, Poli
     Kokkos::parallel_for(
         label_ + "::widened_state",
         Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>(exec_, 0, e.param.numel),
-        Impl::WidenSpanFunctor{narrow.data(), wide.data()});
+        Impl::WidenSpanFunctor<bfloat16>{narrow.data(), wide.data()});
     s.arrays[k] = wide;
   }
   if (e.master_offset >= 0) {
-    if (registry_.sync_master(i) || state_.remainders())
+    if (registry_.sync_master(i) || !state_.master_copies())
       s.master = synced_master_(i);
     else
       s.master = Kokkos::subview(state_.master(), range(e.master_offset, e.param.numel));

@@ -251,7 +251,9 @@ void OffloadEngine<DeviceExec, StateMem, Policy>::update_(std::size_t batch) {
     const Kokkos::View<const Chunk*, Kokkos::HostSpace, Unmanaged> chunks(
         host_chunks_.data() + range.first, range.last - range.first);
     launch_update<HostExec, Policy>(host_, label_ + "::update", range.key.param, range.key.grad,
-                                    range.key.variant, StateStorage{}, slots, scalars, chunks);
+                                    range.key.variant, StateStorage{}, slots, scalars,
+                                    Kokkos::View<const std::int64_t*, Kokkos::HostSpace>(),
+                                    chunks);  // (fp32 state: no rounding keyed by step)
   }
   Impl::fence(host_, label_ + "::update");
   times_.update += offload_detail::seconds_since(t0);

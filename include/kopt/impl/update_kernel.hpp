@@ -19,6 +19,7 @@
 #include <kopt/impl/fault_injection.hpp>
 #include <kopt/impl/param_remainder.hpp>
 #include <kopt/impl/policy.hpp>
+#include <kopt/impl/stochastic_rounding.hpp>
 #include <kopt/state_storage.hpp>
 #include <kopt/storage_types.hpp>
 #include <kopt/tensor.hpp>
@@ -38,6 +39,8 @@ struct UpdateSlot {
   void* state[max_state_arrays] = {};   ///< the policy's arrays (float or bfloat16); null
                                         ///< where not kept
   std::int32_t scalar_set = 0;          ///< row of the launch's step-scalar table
+  std::uint64_t rounding_stream = 0;    ///< Rounding::stochastic: rounding_stream(seed, name)
+  std::int64_t first_index = 0;         ///< element 0's index in the whole tensor
   DType grad_dtype = DType::f32;        ///< for the norm, which reads grads of every dtype at once
 };
 
@@ -77,21 +80,42 @@ Kokkos::View<Chunk*, typename ExecSpace::memory_space> upload_chunks(
   return dev;
 }
 
+/// Masters of MasterStorage::none: nothing stored, the update rounded into the param.
+struct RoundToNearest {};
+struct RoundStochastic {};
+
 /// How the kernels find a param's state stored (kopt::StateStorage), as types: its master
 /// (Master: float, an fp32 copy; std::uint16_t, a remainder that with the bf16 param holds
-/// it exactly) and its state arrays' elements (State: float or bfloat16).
+/// it exactly; RoundToNearest or RoundStochastic, none) and its state arrays' elements
+/// (State: float or bfloat16).
 template <class Master, class State>
 struct Form {
   using MasterT = Master;
   using StateT = State;
+  /// Whether a master is stored (an array the kernel reads and writes).
+  static constexpr bool stored_master =
+      std::is_same_v<Master, float> || std::is_same_v<Master, std::uint16_t>;
 };
 using Fp32Form = Form<float, float>;
 
 template <class ParamT, class F>
 inline constexpr bool valid_form =
     (std::is_same_v<typename F::MasterT, float> ||
-     (std::is_same_v<typename F::MasterT, std::uint16_t> && std::is_same_v<ParamT, bfloat16>)) &&
+     std::is_same_v<typename F::MasterT, RoundToNearest> ||
+     ((std::is_same_v<typename F::MasterT, std::uint16_t> ||
+       std::is_same_v<typename F::MasterT, RoundStochastic>) &&
+      std::is_same_v<ParamT, bfloat16>)) &&
     (std::is_same_v<typename F::StateT, float> || std::is_same_v<typename F::StateT, bfloat16>);
+
+/// Where a chunk's elements get their random bits (Rounding::stochastic; unused otherwise):
+/// the key of its param and step, and the index of the slot's element 0 in the whole tensor.
+struct ChunkRounding {
+  RoundingKey key{0, 0};
+  std::int64_t first = 0;
+  KOKKOS_FORCEINLINE_FUNCTION std::uint32_t bits(std::int64_t i) const {
+    return rounding_bits(key, first + i);
+  }
+};
 
 /// The param side of one element's update (a0..a2: its state, as floats): an f32 param in
 /// place, a 16-bit one through its master (an fp32 copy, or joined from a remainder).
@@ -100,9 +124,17 @@ KOKKOS_FORCEINLINE_FUNCTION void update_param(std::int64_t i, ParamT* KOPT_RESTR
                                               const GradT* KOPT_RESTRICT grad,
                                               typename F::MasterT* KOPT_RESTRICT master,
                                               float& a0, float& a1, float& a2,
-                                              const typename Policy::Scalars& s) {
+                                              const typename Policy::Scalars& s,
+                                              const ChunkRounding& r) {
+  using MasterT = typename F::MasterT;
   if constexpr (std::is_same_v<ParamT, float>) {
     param[i] = Policy::template update<V>(param[i], to_float(grad[i]), a0, a1, a2, s);
+  } else if constexpr (std::is_same_v<MasterT, RoundToNearest>) {
+    const float p = Policy::template update<V>(to_float(param[i]), to_float(grad[i]), a0, a1, a2, s);
+    param[i] = from_float<ParamT>(p);
+  } else if constexpr (std::is_same_v<MasterT, RoundStochastic>) {
+    const float p = Policy::template update<V>(to_float(param[i]), to_float(grad[i]), a0, a1, a2, s);
+    param[i] = round_stochastic(p, r.bits(i));
   } else if constexpr (std::is_same_v<typename F::MasterT, std::uint16_t>) {
     const float w = join_master(param[i], master[i]);
     const float p = Policy::template update<V>(w, to_float(grad[i]), a0, a1, a2, s);
@@ -141,14 +173,15 @@ KOKKOS_FORCEINLINE_FUNCTION void fused_element(std::int64_t i, ParamT* KOPT_REST
                                                typename F::StateT* KOPT_RESTRICT s0,
                                                typename F::StateT* KOPT_RESTRICT s1,
                                                typename F::StateT* KOPT_RESTRICT s2,
-                                               const typename Policy::Scalars& s) {
+                                               const typename Policy::Scalars& s,
+                                               const ChunkRounding& r) {
   static_assert(valid_form<ParamT, F>);
   constexpr unsigned kept = Policy::arrays_of(V);
   float unused0 = 0.0f, unused1 = 0.0f, unused2 = 0.0f, w0 = 0.0f, w1 = 0.0f, w2 = 0.0f;
   float& a0 = (kept & 1u) ? state_ref(s0, i, w0) : unused0;
   float& a1 = (kept & 2u) ? state_ref(s1, i, w1) : unused1;
   float& a2 = (kept & 4u) ? state_ref(s2, i, w2) : unused2;
-  update_param<Policy, V, ParamT, GradT, F>(i, param, grad, master, a0, a1, a2, s);
+  update_param<Policy, V, ParamT, GradT, F>(i, param, grad, master, a0, a1, a2, s, r);
   if constexpr ((kept & 1u) != 0) store_state(s0, i, a0);
   if constexpr ((kept & 2u) != 0) store_state(s1, i, a1);
   if constexpr ((kept & 4u) != 0) store_state(s2, i, a2);
@@ -171,7 +204,9 @@ KOKKOS_FORCEINLINE_FUNCTION void prefetch_update(std::int64_t i, const ParamT* p
   const std::int64_t a = i + update_prefetch_elements;
   prefetch_ahead(param, a);
   prefetch_ahead(grad, a);
-  if constexpr (!std::is_same_v<ParamT, float>) prefetch_ahead(master, a);
+  if constexpr (!std::is_same_v<ParamT, float> &&
+                (std::is_same_v<MasterT, float> || std::is_same_v<MasterT, std::uint16_t>))
+    prefetch_ahead(master, a);
   if constexpr ((kept & 1u) != 0) prefetch_ahead(s0, a);
   if constexpr ((kept & 2u) != 0) prefetch_ahead(s1, a);
   if constexpr ((kept & 4u) != 0) prefetch_ahead(s2, a);
@@ -189,7 +224,8 @@ KOPT_LOOP_FUNCTION void fused_host_loop(std::int64_t begin, std::int64_t end,
                                         typename F::StateT* KOPT_RESTRICT s0,
                                         typename F::StateT* KOPT_RESTRICT s1,
                                         typename F::StateT* KOPT_RESTRICT s2,
-                                        const typename Policy::Scalars s) {
+                                        const typename Policy::Scalars s,
+                                        const ChunkRounding r) {
   constexpr unsigned kept = Policy::arrays_of(V);
   std::int64_t i = begin;
 #ifdef KOPT_HAVE_F16C
@@ -229,10 +265,10 @@ KOPT_LOOP_FUNCTION void fused_host_loop(std::int64_t begin, std::int64_t end,
     if constexpr (kept != 0 || !std::is_same_v<ParamT, float>)
       prefetch_update<Policy, V>(i, param, grad, master, s0, s1, s2);
     for (int k = 0; k < update_prefetch_stride; ++k)
-      fused_element<Policy, V, ParamT, GradT, F>(i + k, param, grad, master, s0, s1, s2, s);
+      fused_element<Policy, V, ParamT, GradT, F>(i + k, param, grad, master, s0, s1, s2, s, r);
   }
   for (; i < end; ++i)
-    fused_element<Policy, V, ParamT, GradT, F>(i, param, grad, master, s0, s1, s2, s);
+    fused_element<Policy, V, ParamT, GradT, F>(i, param, grad, master, s0, s1, s2, s, r);
 }
 
 /// The fused update of every chunk in `chunks_`; the policy's variant V, ParamT/GradT and the
@@ -246,6 +282,8 @@ struct FusedUpdateFunctor {
   Kokkos::View<const UpdateSlot*, memory_space> slots_;
   Kokkos::View<const Scalars*, memory_space> scalars_;
   Kokkos::View<const Chunk*, memory_space> chunks_;
+  /// The step each row of scalars_ makes (1 for the first): Rounding::stochastic's key.
+  Kokkos::View<const std::int64_t*, memory_space> steps_;
 
   /// Host: one chunk per iteration.
   KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t c) const {
@@ -254,7 +292,7 @@ struct FusedUpdateFunctor {
     fused_host_loop<Policy, V, ParamT, GradT, F>(
         chunk.begin, chunk.end, static_cast<ParamT*>(slot.param),
         static_cast<const GradT*>(slot.grad), master_of(slot), state_of(slot, 0),
-        state_of(slot, 1), state_of(slot, 2), scalars_(slot.scalar_set));
+        state_of(slot, 1), state_of(slot, 2), scalars_(slot.scalar_set), rounding_of(slot));
   }
 
   /// Device: one team per chunk, its threads striding through it (coalesced).
@@ -263,10 +301,19 @@ struct FusedUpdateFunctor {
     const Chunk chunk = chunks_(team.league_rank());
     const UpdateSlot& slot = slots_(chunk.slot);
     const Scalars s = scalars_(slot.scalar_set);
+    const ChunkRounding r = rounding_of(slot);
     for (std::int64_t i = chunk.begin + team.team_rank(); i < chunk.end; i += team.team_size())
       fused_element<Policy, V, ParamT, GradT, F>(
           i, static_cast<ParamT*>(slot.param), static_cast<const GradT*>(slot.grad),
-          master_of(slot), state_of(slot, 0), state_of(slot, 1), state_of(slot, 2), s);
+          master_of(slot), state_of(slot, 0), state_of(slot, 1), state_of(slot, 2), s, r);
+  }
+
+  KOKKOS_FORCEINLINE_FUNCTION ChunkRounding rounding_of(const UpdateSlot& slot) const {
+    if constexpr (std::is_same_v<MasterT, RoundStochastic>)
+      return ChunkRounding{rounding_key(slot.rounding_stream, steps_(slot.scalar_set)),
+                           slot.first_index};
+    else
+      return ChunkRounding{};
   }
 
   KOKKOS_FORCEINLINE_FUNCTION static StateT* state_of(const UpdateSlot& slot, int k) {
@@ -276,8 +323,10 @@ struct FusedUpdateFunctor {
   KOKKOS_FORCEINLINE_FUNCTION static MasterT* master_of(const UpdateSlot& slot) {
     if constexpr (std::is_same_v<MasterT, float>)
       return slot.master;
-    else
+    else if constexpr (std::is_same_v<MasterT, std::uint16_t>)
       return slot.remainder;
+    else
+      return nullptr;  // none stored
   }
 };
 
@@ -346,8 +395,9 @@ struct SyncSpanFunctor {
 };
 
 /// out[i] = in[i] widened, over one span.
+template <class T>
 struct WidenSpanFunctor {
-  const bfloat16* in;
+  const T* in;
   float* out;
   KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t i) const { out[i] = to_float(in[i]); }
 };
@@ -412,16 +462,25 @@ void visit_variant(int variant, F&& f) {
   }
 }
 
-/// Calls f(Form<...>{}) for the form of `storage` over a param of type ParamT (remainders
-/// are of bf16 params: the others' masters are fp32 copies).
+/// Calls f(Form<M, S>{}) for the form of `storage` over a param of type ParamT: S of
+/// storage.arrays, M of storage.master (an f32 param is its own master whatever it says;
+/// remainders and stochastic rounding are of bf16 params, which the engines check).
 template <class ParamT, class Fn>
 void visit_form(const StateStorage& storage, Fn&& f) {
-  const bool narrow = storage.arrays == DType::bf16;
-  if constexpr (std::is_same_v<ParamT, bfloat16>) {
-    if (storage.master == MasterStorage::remainder)
-      return narrow ? f(Form<std::uint16_t, bfloat16>{}) : f(Form<std::uint16_t, float>{});
+  const auto with_master = [&](auto master) {
+    using M = decltype(master);
+    return storage.arrays == DType::bf16 ? f(Form<M, bfloat16>{}) : f(Form<M, float>{});
+  };
+  if constexpr (!std::is_same_v<ParamT, float>) {
+    if (storage.master == MasterStorage::none && storage.rounding == Rounding::nearest)
+      return with_master(RoundToNearest{});
   }
-  return narrow ? f(Form<float, bfloat16>{}) : f(Fp32Form{});
+  if constexpr (std::is_same_v<ParamT, bfloat16>) {
+    if (storage.master == MasterStorage::remainder) return with_master(std::uint16_t{});
+    if (storage.master == MasterStorage::none) return with_master(RoundStochastic{});
+  }
+  assert((std::is_same_v<ParamT, float> || storage.master == MasterStorage::f32));
+  return with_master(float{});
 }
 
 /// Launches the fused update of `chunks` for one kernel class: the dtypes, the policy's
@@ -433,7 +492,10 @@ void launch_update(
     const StateStorage& storage,
     const Kokkos::View<const UpdateSlot*, typename ExecSpace::memory_space>& slots,
     const Kokkos::View<const typename Policy::Scalars*, typename ExecSpace::memory_space>& scalars,
+    const Kokkos::View<const std::int64_t*, typename ExecSpace::memory_space>& steps,
     const Kokkos::View<const Chunk*, typename ExecSpace::memory_space>& chunks) {
+  // Stochastic rounding keys its bits by each row's step.
+  assert(storage.rounding != Rounding::stochastic || steps.extent(0) >= scalars.extent(0));
   const auto n = static_cast<std::int64_t>(chunks.extent(0));
   visit_update_dtype(param, [&](auto param_type) {
     visit_update_dtype(grad, [&](auto grad_type) {
@@ -443,7 +505,7 @@ void launch_update(
         visit_form<P>(storage, [&](auto form) {
           launch_chunks(exec, label, n,
                         FusedUpdateFunctor<ExecSpace, Policy, decltype(v)::value, P, G,
-                                           decltype(form)>{slots, scalars, chunks});
+                                           decltype(form)>{slots, scalars, chunks, steps});
         });
       });
     });
