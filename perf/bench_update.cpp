@@ -1,6 +1,7 @@
 // The ceilings and the fused update on every enabled space. STREAM copy and triad first, then
 // each update variant (fp32; bf16 and fp16 params with fp32 masters; bf16 params with
-// remainder masters, with fp32 or bf16 state; fp32 with amsgrad) at sizes 2^16..2^26, every
+// remainder masters, with fp32 or bf16 state, or without masters beside bf16 state; fp32
+// with amsgrad) at sizes 2^16..2^26, every
 // row timed beside the ceiling of its own access pattern and (host spaces, fp32 masters) the
 // plain OpenMP loop of the same update: they alternate inside each iteration so machine noise
 // hits all.
@@ -76,11 +77,14 @@ void bm_update(benchmark::State& state) {
   if (loop) report_plain(state, plain_total, kopt_total);
 }
 
-// One tensor of n bf16 elements whose masters are remainders (MasterStorage::remainder),
-// beside fp32 state arrays (26 B/element against the 28 of an fp32 master) or bf16 ones
-// (StateT = bfloat16: 18 B), beside the ceiling of its own pattern.
-template <class ExecSpace, class StateT>
-void bm_update_remainder(benchmark::State& state) {
+// One tensor of n bf16 elements with its state stored in fewer bytes, beside the ceiling of
+// its own pattern: masters kept as remainders (Master = MasterStorage::remainder) beside fp32
+// state arrays (26 B/element against the 28 of an fp32 master) or bf16 ones (StateT =
+// bfloat16: 18 B); or no masters (MasterStorage::none, rounded to nearest or stochastically)
+// beside bf16 arrays (14 B).
+template <class ExecSpace, kopt::MasterStorage Master, class StateT,
+          kopt::Rounding Rounding = kopt::Rounding::nearest>
+void bm_update_storage(benchmark::State& state) {
   using Mem = typename ExecSpace::memory_space;
   using kopt::bfloat16;
   const auto n = static_cast<std::int64_t>(state.range(0));
@@ -89,10 +93,13 @@ void bm_update_remainder(benchmark::State& state) {
   fill_random(param, 1);
   fill_random(grad, 2);
   constexpr bool narrow = std::is_same_v<StateT, bfloat16>;
+  constexpr bool stochastic = Rounding == kopt::Rounding::stochastic;
   kopt::FusedOptimizer<ExecSpace, kopt::Impl::AdamPolicy> opt(
       exec, kopt::AdamConfig{}, "kopt::perf",
-      {.master = kopt::MasterStorage::remainder,
-       .arrays = narrow ? kopt::DType::bf16 : kopt::DType::f32});
+      {.master = Master,
+       .arrays = narrow ? kopt::DType::bf16 : kopt::DType::f32,
+       .rounding = Rounding,
+       .seed = stochastic ? 1u : 0u});
   opt.add("w", kopt::Tensor(param), kopt::Tensor(grad));
   opt.step();  // allocates and first-touches the state, in parallel like every step
   const auto s = opt.state("w");
@@ -102,12 +109,20 @@ void bm_update_remainder(benchmark::State& state) {
     else
       return const_cast<float*>(s.arrays[k].data());
   };
-  const UpdatePattern<bfloat16, bfloat16, adam_arrays(false), std::uint16_t, StateT> pattern{
-      param.data(), grad.data(), const_cast<std::uint16_t*>(s.remainder.data()), at(0), at(1),
-      nullptr};
-  time_beside_ceiling(state, exec, pattern, n,
-                      remainder_update_bytes<bfloat16>(adam_arrays(false), sizeof(StateT)),
-                      [&] { opt.step(); });
+  constexpr unsigned arrays = adam_arrays(false);
+  const auto run = [&] { opt.step(); };
+  if constexpr (Master == kopt::MasterStorage::remainder) {
+    const UpdatePattern<bfloat16, bfloat16, arrays, std::uint16_t, StateT> pattern{
+        param.data(), grad.data(), const_cast<std::uint16_t*>(s.remainder.data()),
+        at(0),        at(1),       nullptr};
+    time_beside_ceiling(state, exec, pattern, n,
+                        remainder_update_bytes<bfloat16>(arrays, sizeof(StateT)), run);
+  } else {
+    const UpdatePattern<bfloat16, bfloat16, arrays, kopt::Impl::RoundToNearest, StateT> pattern{
+        param.data(), grad.data(), nullptr, at(0), at(1), nullptr};
+    time_beside_ceiling(state, exec, pattern, n,
+                        no_master_update_bytes<bfloat16>(arrays, sizeof(StateT)), run);
+  }
 }
 
 }  // namespace
@@ -131,8 +146,14 @@ void register_update_benchmarks() {
             : pow2_sizes({16, 18, 20, 22, 24, 26}, {16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26});
     add("adamw_fp32" + on, bm_update<S, float, float, false>, sizes);
     add("adamw_bf16_master" + on, bm_update<S, bfloat16, bfloat16, false>, sizes);
-    add("adamw_bf16_remainder" + on, bm_update_remainder<S, float>, sizes);
-    add("adamw_bf16_remainder_bf16_state" + on, bm_update_remainder<S, bfloat16>, sizes);
+    using kopt::MasterStorage;
+    add("adamw_bf16_remainder" + on, bm_update_storage<S, MasterStorage::remainder, float>, sizes);
+    add("adamw_bf16_remainder_bf16_state" + on,
+        bm_update_storage<S, MasterStorage::remainder, bfloat16>, sizes);
+    add("adamw_bf16_no_master_bf16_state" + on,
+        bm_update_storage<S, MasterStorage::none, bfloat16>, sizes);
+    add("adamw_bf16_stochastic_bf16_state" + on,
+        bm_update_storage<S, MasterStorage::none, bfloat16, kopt::Rounding::stochastic>, sizes);
     if (few) return;
     add("adamw_fp16_master" + on, bm_update<S, float16, float16, false>, sizes);
     add("adamw_fp32_amsgrad" + on, bm_update<S, float, float, true>, sizes);

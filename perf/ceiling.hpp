@@ -27,8 +27,9 @@ KOKKOS_FORCEINLINE_FUNCTION float raw_value(T x) {
 // 0 at run time, which the compiler cannot know, so every value is kept. 16-bit params: the
 // master is read and written and the param only written (a truncation stands for the
 // rounding); a master kept as a remainder (MasterT = std::uint16_t) is read and written
-// with the param, both read and written. bf16 state arrays (StateT) are read and written
-// as 16 bits.
+// with the param, both read and written; without a master (MasterT =
+// kopt::Impl::RoundToNearest) the param alone is read and written. bf16 state arrays
+// (StateT) are read and written as 16 bits.
 template <class StateT>
 KOKKOS_FORCEINLINE_FUNCTION void add_to(StateT& x, float gi) {
   if constexpr (std::is_same_v<StateT, float>)
@@ -50,6 +51,8 @@ KOKKOS_FORCEINLINE_FUNCTION void update_pattern(std::int64_t i, ParamT* KOPT_RES
   if constexpr ((Arrays & 4u) != 0) add_to(s2[i], gi);
   if constexpr (std::is_same_v<ParamT, float>) {
     p[i] += gi;
+  } else if constexpr (std::is_same_v<MasterT, kopt::Impl::RoundToNearest>) {
+    p[i] = ParamT{static_cast<std::uint16_t>(kopt::Impl::float_bits(raw_value(p[i]) + gi) >> 16)};
   } else if constexpr (std::is_same_v<MasterT, std::uint16_t>) {
     const std::uint32_t x = kopt::Impl::float_bits(raw_value(p[i]) + raw_value(w[i]) + gi);
     w[i] = static_cast<std::uint16_t>(x);
@@ -81,7 +84,9 @@ KOPT_LOOP_FUNCTION void update_pattern_loop(std::int64_t begin, std::int64_t end
       const std::int64_t a = i + kopt::Impl::update_prefetch_elements;
       prefetch_ahead(p, a);
       prefetch_ahead(g, a);
-      if constexpr (!std::is_same_v<ParamT, float>) prefetch_ahead(w, a);
+      if constexpr (!std::is_same_v<ParamT, float> &&
+                    !std::is_same_v<MasterT, kopt::Impl::RoundToNearest>)
+        prefetch_ahead(w, a);
       if constexpr ((Arrays & 1u) != 0) prefetch_ahead(s0, a);
       if constexpr ((Arrays & 2u) != 0) prefetch_ahead(s1, a);
       if constexpr ((Arrays & 4u) != 0) prefetch_ahead(s2, a);

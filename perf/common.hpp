@@ -88,6 +88,13 @@ constexpr double remainder_update_bytes(unsigned arrays, double state_size = 4.0
   return sizeof(GradT) + state + 8.0;
 }
 
+/// The same for a 16-bit param without a master (MasterStorage::none): grad read, param read
+/// and written, each state array of `state_size` bytes read and written.
+template <class GradT>
+constexpr double no_master_update_bytes(unsigned arrays, double state_size = 4.0) {
+  return remainder_update_bytes<GradT>(arrays, state_size) - 4.0;
+}
+
 /// The same for Adam (28 B for fp32 and for 16-bit params with masters; +8 with amsgrad).
 template <class ParamT, class GradT, bool Amsgrad>
 constexpr double update_bytes_per_element() {
