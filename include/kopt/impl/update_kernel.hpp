@@ -92,9 +92,6 @@ template <class Master, class State>
 struct Form {
   using MasterT = Master;
   using StateT = State;
-  /// Whether a master is stored (an array the kernel reads and writes).
-  static constexpr bool stored_master =
-      std::is_same_v<Master, float> || std::is_same_v<Master, std::uint16_t>;
 };
 using Fp32Form = Form<float, float>;
 
@@ -118,7 +115,8 @@ struct ChunkRounding {
 };
 
 /// The param side of one element's update (a0..a2: its state, as floats): an f32 param in
-/// place, a 16-bit one through its master (an fp32 copy, or joined from a remainder).
+/// place, a 16-bit one through its master (an fp32 copy, or joined from a remainder), or
+/// without one, from the param widened and rounded back (to nearest, or stochastically).
 template <class Policy, int V, class ParamT, class GradT, class F>
 KOKKOS_FORCEINLINE_FUNCTION void update_param(std::int64_t i, ParamT* KOPT_RESTRICT param,
                                               const GradT* KOPT_RESTRICT grad,
@@ -129,13 +127,15 @@ KOKKOS_FORCEINLINE_FUNCTION void update_param(std::int64_t i, ParamT* KOPT_RESTR
   using MasterT = typename F::MasterT;
   if constexpr (std::is_same_v<ParamT, float>) {
     param[i] = Policy::template update<V>(param[i], to_float(grad[i]), a0, a1, a2, s);
-  } else if constexpr (std::is_same_v<MasterT, RoundToNearest>) {
-    const float p = Policy::template update<V>(to_float(param[i]), to_float(grad[i]), a0, a1, a2, s);
-    param[i] = from_float<ParamT>(p);
-  } else if constexpr (std::is_same_v<MasterT, RoundStochastic>) {
-    const float p = Policy::template update<V>(to_float(param[i]), to_float(grad[i]), a0, a1, a2, s);
-    param[i] = round_stochastic(p, r.bits(i));
-  } else if constexpr (std::is_same_v<typename F::MasterT, std::uint16_t>) {
+  } else if constexpr (std::is_same_v<MasterT, RoundToNearest> ||
+                       std::is_same_v<MasterT, RoundStochastic>) {
+    const float p =
+        Policy::template update<V>(to_float(param[i]), to_float(grad[i]), a0, a1, a2, s);
+    if constexpr (std::is_same_v<MasterT, RoundToNearest>)
+      param[i] = from_float<ParamT>(p);
+    else
+      param[i] = round_stochastic(p, r.bits(i));
+  } else if constexpr (std::is_same_v<MasterT, std::uint16_t>) {
     const float w = join_master(param[i], master[i]);
     const float p = Policy::template update<V>(w, to_float(grad[i]), a0, a1, a2, s);
     param[i] = split_param(p);
