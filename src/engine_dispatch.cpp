@@ -66,24 +66,30 @@ std::unique_ptr<Engine> make_engine(MemorySpace space, DType dtype,
 // src/offload_host.cpp
 std::unique_ptr<Engine> make_host_offload_engine(std::size_t algorithm,
                                                  const OffloadOptions& options,
-                                                 const std::string& label);
+                                                 const std::string& label,
+                                                 const StateStorage& storage);
 #ifdef KOKKOS_ENABLE_CUDA
 // backends/cuda/offload_cuda.cpp
 std::unique_ptr<Engine> make_cuda_offload_engine(std::size_t algorithm,
                                                  const OffloadOptions& options,
-                                                 const std::string& label);
+                                                 const std::string& label,
+                                                 const StateStorage& storage);
 #endif
 
 std::unique_ptr<Engine> make_offload_engine(MemorySpace space, DType dtype,
                                             const AlgorithmConfig& algorithm,
-                                            const OffloadOptions& options) {
+                                            const OffloadOptions& options,
+                                            const StateStorage& storage) {
   const std::string where = engine_space_for(space);  // throws NotCompiled first
-  const std::string label = label_for(space, dtype, algorithm, ",offload");
+  const std::string form =
+      storage.arrays != DType::f32 ? std::string(",offload,") + name_of(storage.arrays) + " state"
+                                   : std::string(",offload");
+  const std::string label = label_for(space, dtype, algorithm, form.c_str());
 #ifdef KOKKOS_ENABLE_CUDA
   if (where == Kokkos::Cuda::name())
-    return make_cuda_offload_engine(algorithm.index(), options, label);
+    return make_cuda_offload_engine(algorithm.index(), options, label, storage);
 #endif
-  return make_host_offload_engine(algorithm.index(), options, label);
+  return make_host_offload_engine(algorithm.index(), options, label, storage);
 }
 
 void copy_bytes(void* dst, MemorySpace dst_space, const void* src, MemorySpace src_space,

@@ -17,13 +17,12 @@ namespace kopt {
 namespace {
 constexpr std::size_t kNone = std::numeric_limits<std::size_t>::max();
 
-/// The optimizer state a param would hold beside it: its algorithm's arrays (+ an fp32
-/// master for 16-bit params), padded as the engines lay them out.
-std::size_t device_state_bytes(const Tensor& param, const AlgorithmConfig& config) {
+/// The optimizer state a param would hold beside it: its algorithm's arrays (of
+/// `arrays` elements) + an fp32 master for 16-bit params, padded as the engines lay them out.
+std::size_t device_state_bytes(const Tensor& param, const AlgorithmConfig& config, DType arrays) {
   const auto padded = static_cast<std::size_t>((param.numel + 15) / 16 * 16);
-  const std::size_t arrays =
-      Impl::arrays_kept(config) + (param.dtype != DType::f32 ? std::size_t{1} : 0);
-  return padded * arrays * sizeof(float);
+  const std::size_t master = param.dtype != DType::f32 ? sizeof(float) : 0;
+  return padded * (Impl::arrays_kept(config) * size_of(arrays) + master);
 }
 
 void validate_group_config(const AlgorithmConfig& config, std::size_t g) {
@@ -102,12 +101,15 @@ HybridOptimizer::HybridOptimizer(std::vector<ParamGroup> groups, const HybridOpt
       }
       Pending item{g, &p, Impl::engine_space_for(p.param.space),  // NotCompiled if missing
                    groups_[g].placement() == StatePlacement::host, storage};
-      // Only fp32 state is offloaded (a remainder is half of a master whose other half, the
-      // param, stays on the device): other forms are never chosen.
-      if (!item.offloaded && item.storage == StateStorage{} && item.space != host_space) {
+      // Only fp32 masters are offloaded (a remainder is half of a master whose other half,
+      // the param, stays on the device; without masters there is nothing apart from the
+      // params to move): groups of other forms are never chosen. Arrays of any dtype are.
+      if (!item.offloaded && item.storage.master == MasterStorage::f32 &&
+          item.space != host_space) {
         candidates.push_back(pending.size());
-        candidate_bytes.push_back(
-            device_state_bytes(shards_->local_param(pending.size()), groups_[g].algorithm()));
+        candidate_bytes.push_back(device_state_bytes(shards_->local_param(pending.size()),
+                                                     groups_[g].algorithm(),
+                                                     item.storage.arrays));
       }
       pending.push_back(std::move(item));
     }
@@ -138,7 +140,8 @@ HybridOptimizer::HybridOptimizer(std::vector<ParamGroup> groups, const HybridOpt
       it = engine_of.emplace(key, engines_.size()).first;
       engines_.push_back(
           item.offloaded
-              ? Impl::make_offload_engine(p.param.space, p.param.dtype, algorithm, options_.offload)
+              ? Impl::make_offload_engine(p.param.space, p.param.dtype, algorithm, options_.offload,
+                                          item.storage)
               : Impl::make_engine(p.param.space, p.param.dtype, algorithm, item.storage));
       engine_group_.emplace_back(groups_.size(), kNone);
       engine_params_.emplace_back();

@@ -10,7 +10,8 @@ template class OffloadEngine<Kokkos::DefaultHostExecutionSpace, Kokkos::HostSpac
 
 std::unique_ptr<Engine> make_host_offload_engine(std::size_t algorithm,
                                                  const OffloadOptions& options,
-                                                 const std::string& label) {
+                                                 const std::string& label,
+                                                 const StateStorage& storage) {
   using HostExec = Kokkos::DefaultHostExecutionSpace;
   std::shared_ptr<CopyQueue> to_host = make_host_copy_queue(CopyDirection::to_host);
   std::shared_ptr<CopyQueue> to_device = host_copy_workers() == HostCopyWorkers::shared
@@ -18,7 +19,7 @@ std::unique_ptr<Engine> make_host_offload_engine(std::size_t algorithm,
                                              : make_host_copy_queue(CopyDirection::to_device);
   return visit_policy(algorithm, [&](auto policy) -> std::unique_ptr<Engine> {
     return std::make_unique<OffloadEngine<HostExec, Kokkos::HostSpace, decltype(policy)>>(
-        HostExec(), std::move(to_host), std::move(to_device), options, label);
+        HostExec(), std::move(to_host), std::move(to_device), options, label, storage);
   });
 }
 

@@ -90,10 +90,6 @@ ParamGroup& ParamGroup::set_state_dtype(DType dtype) {
   StateStorage s = storage_;
   s.arrays = dtype;
   validate(s);
-  KOPT_THROW_IF(dtype != DType::f32 && placement_ == StatePlacement::host,
-                "ParamGroup::set_state_dtype(" << name_of(dtype) << "): the offload pipeline "
-                                               << "(StatePlacement::host) keeps f32 state arrays "
-                                               << "only, for now");
   storage_ = s;
   return *this;
 }

@@ -10,11 +10,12 @@ template class OffloadEngine<Kokkos::Cuda, Kokkos::CudaHostPinnedSpace, AdamPoli
 
 std::unique_ptr<Engine> make_cuda_offload_engine(std::size_t algorithm,
                                                  const OffloadOptions& options,
-                                                 const std::string& label) {
+                                                 const std::string& label,
+                                                 const StateStorage& storage) {
   return visit_policy(algorithm, [&](auto policy) -> std::unique_ptr<Engine> {
     return std::make_unique<
         OffloadEngine<Kokkos::Cuda, Kokkos::CudaHostPinnedSpace, decltype(policy)>>(
-        Kokkos::Cuda(), make_cuda_copy_queue(), make_cuda_copy_queue(), options, label);
+        Kokkos::Cuda(), make_cuda_copy_queue(), make_cuda_copy_queue(), options, label, storage);
   });
 }
 

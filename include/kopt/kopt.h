@@ -116,7 +116,7 @@ kopt_status kopt_groups_set_master(kopt_groups* groups, size_t group, const char
 kopt_status kopt_groups_set_rounding(kopt_groups* groups, size_t group, const char* rounding,
                                      uint64_t seed);
 /* The element type of group `group`'s state arrays (kopt::StateStorage::arrays): KOPT_F32
- * (the default) or KOPT_BF16 (stored rounded to nearest even; not with host_state = 1). */
+ * (the default) or KOPT_BF16 (stored rounded to nearest even; offloaded groups too). */
 kopt_status kopt_groups_set_state_dtype(kopt_groups* groups, size_t group, kopt_dtype dtype);
 kopt_status kopt_groups_add_param(kopt_groups* groups, size_t group, const char* name, void* param,
                                   kopt_dtype param_dtype, void* grad, kopt_dtype grad_dtype,

@@ -150,11 +150,12 @@ std::unique_ptr<Engine> make_engine(MemorySpace space, DType dtype,
 const char* engine_space_for(MemorySpace space);
 
 /// An offload engine for params in `space` (device params, host state): the pipeline runs
-/// on CUDA streams for CUDA memory, on host worker threads for host memory. Throws
-/// kopt::NotCompiled like make_engine.
+/// on CUDA streams for CUDA memory, on host worker threads for host memory; `storage`: fp32
+/// masters, state arrays of any dtype. Throws kopt::NotCompiled like make_engine.
 std::unique_ptr<Engine> make_offload_engine(MemorySpace space, DType dtype,
                                             const AlgorithmConfig& algorithm,
-                                            const OffloadOptions& options);
+                                            const OffloadOptions& options,
+                                            const StateStorage& storage = {});
 
 /// `bytes` bytes of kopt's own in `space`, freed with the last copy of the pointer.
 std::shared_ptr<void> allocate_bytes(MemorySpace space, std::size_t bytes,

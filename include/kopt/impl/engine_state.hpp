@@ -65,14 +65,14 @@ class EngineState {
   using RemainderView = Kokkos::View<std::uint16_t*, MemSpace>;
   using NarrowView = Kokkos::View<bfloat16*, MemSpace>;
 
-  /// `storage`: how the state is held (validated); other than fp32 only with
-  /// Masters::of_16_bit_params (the offload pipeline keeps fp32 state).
+  /// `storage`: how the state is held (validated); masters other than fp32 copies only with
+  /// Masters::of_16_bit_params (the offload pipeline keeps its masters apart from the params).
   EngineState(std::string label, Masters masters, const StateStorage& storage = {})
       : label_(std::move(label)), masters_(masters), storage_(storage) {
     validate(storage_);
-    KOPT_THROW_IF(!(storage_ == StateStorage{}) && masters_ != Masters::of_16_bit_params,
-                  label_ << ": masters kept apart from the params cannot be remainders, and "
-                         << "its state arrays are f32");
+    KOPT_THROW_IF(storage_.master != MasterStorage::f32 && masters_ != Masters::of_16_bit_params,
+                  label_ << ": masters kept apart from the params are fp32 copies, not "
+                         << name_of(storage_.master));
   }
   const StateStorage& storage() const { return storage_; }
   bool remainders() const { return storage_.master == MasterStorage::remainder; }

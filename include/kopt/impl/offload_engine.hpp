@@ -38,9 +38,10 @@ class OffloadEngine final : public Engine {
   using Config = typename Policy::Config;
   using Scalars = typename Policy::Scalars;
 
+  /// `storage`: fp32 masters (kept on the host for every param), state arrays of any dtype.
   OffloadEngine(const DeviceExec& device, std::shared_ptr<CopyQueue> to_host,
                 std::shared_ptr<CopyQueue> to_device, const OffloadOptions& options,
-                std::string label);
+                std::string label, const StateStorage& storage = {});
   ~OffloadEngine() override;
 
   std::size_t add_group(const AlgorithmConfig& config) override;

@@ -27,14 +27,15 @@ OffloadEngine<DeviceExec, StateMem, Policy>::OffloadEngine(const DeviceExec& dev
                                                            std::shared_ptr<CopyQueue> to_host,
                                                            std::shared_ptr<CopyQueue> to_device,
                                                            const OffloadOptions& options,
-                                                           std::string label)
+                                                           std::string label,
+                                                           const StateStorage& storage)
     : device_(device),
       to_host_(std::move(to_host)),
       to_device_(std::move(to_device)),
       options_(options),
       label_(std::move(label)),
       registry_(reachable_spaces<DeviceExec>(), label_),
-      state_(label_, Masters::of_every_param) {
+      state_(label_, Masters::of_every_param, storage) {
   options_.validate();
 }
 
@@ -251,9 +252,9 @@ void OffloadEngine<DeviceExec, StateMem, Policy>::update_(std::size_t batch) {
     const Kokkos::View<const Chunk*, Kokkos::HostSpace, Unmanaged> chunks(
         host_chunks_.data() + range.first, range.last - range.first);
     launch_update<HostExec, Policy>(host_, label_ + "::update", range.key.param, range.key.grad,
-                                    range.key.variant, StateStorage{}, slots, scalars,
+                                    range.key.variant, state_.storage(), slots, scalars,
                                     Kokkos::View<const std::int64_t*, Kokkos::HostSpace>(),
-                                    chunks);  // (fp32 state: no rounding keyed by step)
+                                    chunks);  // (fp32 masters: no rounding keyed by step)
   }
   Impl::fence(host_, label_ + "::update");
   times_.update += offload_detail::seconds_since(t0);
