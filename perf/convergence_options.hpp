@@ -1,0 +1,78 @@
+#pragma once
+// The state storage options the convergence harness trains with (perf/convergence_run.hpp),
+// in one table: a name, the params' dtype, what is done to each param group, and what its
+// run is expected to show against the reference. Adding a form is adding a row; the test
+// (tests/test_convergence.cpp) and kopt_convergence pick every row up.
+
+#include <kopt/param_group.hpp>
+#include <stdexcept>
+#include <string>
+
+namespace kopt_convergence {
+
+/// What a storage option's run must show against the reference (the fp32-master bf16 run).
+enum class Expect {
+  reference,     ///< is the reference
+  same_masters,  ///< the reference's masters, so its losses bitwise until the params' rounding
+                 ///< of a tie differs (MasterStorage::remainder: ties toward the truncation)
+  close,         ///< a final loss within the test's stated tolerance of the reference's
+  worse,  ///< a final loss above that tolerance: a known loss of precision, and the proof that
+          ///< the tolerance can see one
+};
+
+/// One row: how a run stores its state.
+struct StorageOption {
+  const char* name;  ///< as kopt's perf rows name the same form (adamw_<name>)
+  kopt::DType params;
+  void (*configure)(kopt::ParamGroup&);  ///< applied to the weights' and the biases' group
+  Expect expect;
+};
+
+inline const StorageOption storage_options[] = {
+    {"fp32_params", kopt::DType::f32, [](kopt::ParamGroup&) {}, Expect::close},
+    {"bf16_master", kopt::DType::bf16, [](kopt::ParamGroup&) {}, Expect::reference},
+    {"bf16_remainder", kopt::DType::bf16,
+     [](kopt::ParamGroup& g) { g.set_master(kopt::MasterStorage::remainder); },
+     Expect::same_masters},
+    {"bf16_master_bf16_state", kopt::DType::bf16,
+     [](kopt::ParamGroup& g) { g.set_state_dtype(kopt::DType::bf16); }, Expect::close},
+    {"bf16_remainder_bf16_state", kopt::DType::bf16,
+     [](kopt::ParamGroup& g) {
+       g.set_master(kopt::MasterStorage::remainder).set_state_dtype(kopt::DType::bf16);
+     },
+     Expect::close},
+    // Round to nearest drops every update under half an ulp of its param: late in the cosine
+    // schedule most of them.
+    {"bf16_no_master_bf16_state", kopt::DType::bf16,
+     [](kopt::ParamGroup& g) {
+       g.set_master(kopt::MasterStorage::none).set_state_dtype(kopt::DType::bf16);
+     },
+     Expect::worse},
+    {"bf16_stochastic_bf16_state", kopt::DType::bf16,
+     [](kopt::ParamGroup& g) {
+       g.set_master(kopt::MasterStorage::none)
+           .set_rounding(kopt::Rounding::stochastic, 1234)
+           .set_state_dtype(kopt::DType::bf16);
+     },
+     Expect::close},
+};
+
+/// The row named `name`; throws std::invalid_argument listing the names there are.
+inline const StorageOption& find_option(const std::string& name) {
+  std::string known;
+  for (const StorageOption& o : storage_options) {
+    if (name == o.name) return o;
+    known += (known.empty() ? "" : ", ") + std::string(o.name);
+  }
+  throw std::invalid_argument("kopt_convergence: no storage option '" + name + "' (there are " +
+                              known + ")");
+}
+
+/// The reference's row.
+inline const StorageOption& reference_option() {
+  for (const StorageOption& o : storage_options)
+    if (o.expect == Expect::reference) return o;
+  throw std::logic_error("kopt_convergence: the table has no reference row");
+}
+
+}  // namespace kopt_convergence
