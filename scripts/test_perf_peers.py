@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Tests of the peers tooling that need neither torch nor DeepSpeed: the split is kopt's bit for
-bit, kopt's row names map to peer configs, ratios are kopt's median over a peer's, and a
-peers.py run where no peer imports writes a file that says why (and passes --check).
+bit, kopt's row names map to peer configs, ratios are kopt's median over a peer's, kopt's
+storage forms that share a peer config keep their own rates, and a peers.py run where no peer
+imports writes a file that says why (and passes --check).
 
 Usage: python3 scripts/test_perf_peers.py   (unittest; run by ctest as perf.peers_tooling)
 """
@@ -59,6 +60,11 @@ class KoptRowsMapToPeerConfigs(unittest.TestCase):
                                          elements=67108872)), ("fp32", 1000, 2**26, 1))
         self.assertEqual(config(kopt_row("adamw_fp32_split/OpenMP/1000/16777216", 1, 2,
                                          elements=16365)), ("fp32", 1000, 2**14, 2))
+        # bf16's other storage forms meet the same peer config as adamw_bf16_master.
+        for form in ("adamw_bf16_remainder", "adamw_bf16_remainder_bf16_state",
+                     "adamw_bf16_no_master_bf16_state", "adamw_bf16_stochastic_bf16_state"):
+            self.assertEqual(config(kopt_row(form + "/OpenMP/67108864", 1, 2)),
+                             ("bf16", 1, 2**26, 2))
         for name in ("adamw_fp32/Serial/16777216", "adamw_fp16_master/OpenMP/16777216",
                      "stream_copy/OpenMP/67108864"):
             self.assertIsNone(config(kopt_row(name, 1, 1)))
@@ -78,6 +84,43 @@ class Ratios(unittest.TestCase):
         self.assertNotIn("torch_foreach", ratios)
         self.assertEqual(peers.ratios(kopt_row("adamw_fp32/OpenMP/16777216", 1.0, 2)), {})
         self.assertTrue(any("fp32 2^24 in 1 tensor(s)" in line for line in peers.summary()))
+
+    def test_forms_of_one_config_are_not_merged(self):
+        # Rounds of two bf16 forms at one config: pooled, their median would be 450 for both.
+        forms = {"adamw_bf16_master": (0.2, 0.3, 0.25), "adamw_bf16_remainder_bf16_state":
+                 (0.6, 0.7, 0.65), "adamw_bf16_stochastic_bf16_state": (0.8, 0.9, 1.0)}
+        kopt_files = [("k", {"context": {"host_threads": "1"}, "benchmarks": [
+            kopt_row(f + "/OpenMP/16777216", rates[i], 1) for f, rates in forms.items()]})
+            for i in range(3)]
+        peer_files = [("p", peer_file("deepspeed", 500, variant="bf16")),
+                      ("p", peer_file("torch_fused", 200, variant="bf16"))]
+        peers = perf_peers.Peers(peer_files, kopt_files)
+
+        def ratio(form):
+            return peers.ratios(kopt_row(form + "/OpenMP/16777216", 9.0, 1))
+        self.assertAlmostEqual(ratio("adamw_bf16_master")["deepspeed"], 250 / 500)
+        self.assertAlmostEqual(ratio("adamw_bf16_remainder_bf16_state")["deepspeed"], 650 / 500)
+        self.assertAlmostEqual(ratio("adamw_bf16_stochastic_bf16_state")["torch_fused"],
+                               900 / 200)
+        # A form without rounds falls back on the row's own rate, not on another form's median.
+        self.assertAlmostEqual(ratio("adamw_bf16_remainder")["deepspeed"], 9000 / 500)
+        # The summary: one line per measured form, most bytes first, each with its ratios.
+        lines = [line for line in peers.summary() if line.startswith("bf16 2^24 in 1 tensor")]
+        self.assertEqual(len(lines), 3)
+        for line, (label, kopt, x_ds) in zip(lines, [
+                ("fp32 master, fp32 m,v (28 B)", "250", "0.50"),
+                ("exact master as remainder, bf16 m,v (18 B)", "650", "1.30"),
+                ("no master, stochastic, bf16 m,v (14 B)", "900", "1.80")]):
+            self.assertIn(label, line)
+            cells = line.split()  # torch foreach's cells are empty: no foreach rounds
+            self.assertIn(kopt, cells)
+            self.assertEqual(cells[-2:], [f"{int(kopt) / 200:.2f}", x_ds])  # x fused, x DS
+
+    def test_a_peer_config_without_kopt_rounds_still_prints(self):
+        peers = perf_peers.Peers([("p", peer_file("deepspeed", 500, variant="bf16"))], [])
+        lines = [line for line in peers.summary() if line.startswith("bf16 2^24")]
+        self.assertEqual(len(lines), 1)
+        self.assertIn("500", lines[0].split())
 
     def test_check_flags_a_bad_row(self):
         data = peer_file("torch_fused", float("nan"))
