@@ -4,15 +4,40 @@
 // step(t, p, g, s, uncertain) takes the param p (or its master) and the policy's arrays s
 // before step t, and leaves their values after it; uncertain[i] marks a param the reference
 // cannot predict (Lion's sign of a near-zero interpolation, which fp32 may take either way).
+// add_random_params: the engine setup such tests share.
 #include <array>
 #include <cmath>
 #include <functional>
+#include <memory>
+#include <random>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "reference_adam.hpp"
 #include "reference_algorithms.hpp"
+#include "test_support.hpp"
 
 namespace kopt_test {
+
+// Params "p0", "p1", ... of `sizes` elements, uniform in [-1, 1) from `rng`, with (zero)
+// grads, added to engine `opt`: the setup of tests that step an engine against a reference.
+template <class P, class Space, class Opt, std::size_t N>
+auto add_random_params(Opt& opt, const std::size_t (&sizes)[N], std::mt19937& rng) {
+  std::uniform_real_distribution<float> dist(-1, 1);
+  std::pair<std::vector<std::unique_ptr<SpaceArray<P, Space>>>,
+            std::vector<std::unique_ptr<SpaceArray<P, Space>>>>
+      out;
+  auto& [params, grads] = out;
+  for (std::size_t j = 0; j < N; ++j) {
+    params.push_back(std::make_unique<SpaceArray<P, Space>>(sizes[j]));
+    grads.push_back(std::make_unique<SpaceArray<P, Space>>(sizes[j]));
+    for (auto& x : params[j]->host) x = kopt::Impl::from_float<P>(dist(rng));
+    params[j]->upload();
+    opt.add("p" + std::to_string(j), params[j]->tensor(), grads[j]->tensor());
+  }
+  return out;
+}
 
 using ReferenceStep =
     std::function<void(int t, std::vector<double>& p, const std::vector<double>& g,

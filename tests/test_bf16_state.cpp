@@ -56,16 +56,9 @@ void expect_steps_round_state(const typename Policy::Config& config, MasterStora
   const std::size_t sizes[] = {0, 1, 17, 1000};
   kopt::FusedOptimizer<Space, Policy> opt(Space(), config, "kopt::bf16_state",
                                           {.master = master, .arrays = DType::bf16});
-  std::vector<std::unique_ptr<SpaceArray<P, Space>>> params, grads;
   std::mt19937 rng(17);
   std::uniform_real_distribution<float> dist(-1, 1);
-  for (std::size_t j = 0; j < std::size(sizes); ++j) {
-    params.push_back(std::make_unique<SpaceArray<P, Space>>(sizes[j]));
-    grads.push_back(std::make_unique<SpaceArray<P, Space>>(sizes[j]));
-    for (auto& x : params[j]->host) x = kopt::Impl::from_float<P>(dist(rng));
-    params[j]->upload();
-    opt.add("p" + std::to_string(j), params[j]->tensor(), grads[j]->tensor());
-  }
+  auto [params, grads] = add_random_params<P, Space>(opt, sizes, rng);
   const unsigned kept = config.state_arrays();
   std::size_t exact = 0, total = 0, far = 0, param_misses = 0;
   for (int t = 1; t <= 30; ++t) {

@@ -41,16 +41,9 @@ void expect_params_round_to_nearest(const typename Policy::Config& config, DType
   const std::size_t sizes[] = {0, 1, 17, 1000};
   kopt::FusedOptimizer<Space, Policy> opt(Space(), config, "kopt::no_master",
                                           none(Rounding::nearest, 0, arrays));
-  std::vector<std::unique_ptr<SpaceArray<P, Space>>> params, grads;
   std::mt19937 rng(23);
   std::uniform_real_distribution<float> dist(-1, 1);
-  for (std::size_t j = 0; j < std::size(sizes); ++j) {
-    params.push_back(std::make_unique<SpaceArray<P, Space>>(sizes[j]));
-    grads.push_back(std::make_unique<SpaceArray<P, Space>>(sizes[j]));
-    for (auto& x : params[j]->host) x = kopt::Impl::from_float<P>(dist(rng));
-    params[j]->upload();
-    opt.add("p" + std::to_string(j), params[j]->tensor(), grads[j]->tensor());
-  }
+  auto [params, grads] = add_random_params<P, Space>(opt, sizes, rng);
   std::size_t exact = 0, total = 0, far = 0;
   for (int t = 1; t <= 30; ++t) {
     // Before the step: each param widened, its arrays, the grads.
