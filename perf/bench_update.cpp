@@ -79,10 +79,18 @@ void bm_update(benchmark::State& state) {
 
 // One tensor of n bf16 elements with its state stored in fewer bytes, beside the ceiling of
 // its own pattern: masters kept as remainders (Master = MasterStorage::remainder) beside fp32
-// state arrays (26 B/element against the 28 of an fp32 master) or bf16 ones (StateT =
-// bfloat16: 18 B); or no masters (MasterStorage::none, rounded to nearest or stochastically)
+// state arrays (26 B/element against the 28 of an fp32 master), bf16 or f16 ones (S0 = S1 =
+// bfloat16 or float16: 18 B) or bf16 exp_avg beside fp32 exp_avg_sq (S0 = bfloat16, S1 =
+// float: 22 B); or no masters (MasterStorage::none, rounded to nearest or stochastically)
 // beside bf16 arrays (14 B).
-template <class ExecSpace, kopt::MasterStorage Master, class StateT,
+template <class S>
+constexpr kopt::DType state_dtype() {
+  return std::is_same_v<S, float> ? kopt::DType::f32
+         : std::is_same_v<S, kopt::bfloat16> ? kopt::DType::bf16
+                                             : kopt::DType::f16;
+}
+
+template <class ExecSpace, kopt::MasterStorage Master, class S0, class S1 = S0,
           kopt::Rounding Rounding = kopt::Rounding::nearest>
 void bm_update_storage(benchmark::State& state) {
   using Mem = typename ExecSpace::memory_space;
@@ -92,36 +100,40 @@ void bm_update_storage(benchmark::State& state) {
   Kokkos::View<bfloat16*, Mem> param("kopt::perf::param", n), grad("kopt::perf::grad", n);
   fill_random(param, 1);
   fill_random(grad, 2);
-  constexpr bool narrow = std::is_same_v<StateT, bfloat16>;
   constexpr bool stochastic = Rounding == kopt::Rounding::stochastic;
-  kopt::FusedOptimizer<ExecSpace, kopt::Impl::AdamPolicy> opt(
-      exec, kopt::AdamConfig{}, "kopt::perf",
-      {.master = Master,
-       .arrays = narrow ? kopt::DType::bf16 : kopt::DType::f32,
-       .rounding = Rounding,
-       .seed = stochastic ? 1u : 0u});
+  kopt::StateStorage storage{.master = Master,
+                             .arrays = state_dtype<S1>(),
+                             .rounding = Rounding,
+                             .seed = stochastic ? 1u : 0u};
+  storage.array_dtypes[0] = state_dtype<S0>();
+  kopt::FusedOptimizer<ExecSpace, kopt::Impl::AdamPolicy> opt(exec, kopt::AdamConfig{},
+                                                               "kopt::perf", storage);
   opt.add("w", kopt::Tensor(param), kopt::Tensor(grad));
   opt.step();  // allocates and first-touches the state, in parallel like every step
   const auto s = opt.state("w");
-  const auto at = [&](std::size_t k) {
-    if constexpr (narrow)
+  const auto at = [&](auto type, std::size_t k) {
+    using T = decltype(type);
+    if constexpr (std::is_same_v<T, bfloat16>)
       return const_cast<bfloat16*>(s.bf16_arrays[k].data());
+    else if constexpr (std::is_same_v<T, kopt::float16>)
+      return const_cast<kopt::float16*>(s.f16_arrays[k].data());
     else
       return const_cast<float*>(s.arrays[k].data());
   };
   constexpr unsigned arrays = adam_arrays(false);
+  // grad read, m and v read and written, and the param side (remainder: param and remainder
+  // read and written, 8 B; none: the param read and written, 4 B).
+  constexpr double state_bytes = sizeof(bfloat16) + 2.0 * (sizeof(S0) + sizeof(S1));
   const auto run = [&] { opt.step(); };
   if constexpr (Master == kopt::MasterStorage::remainder) {
-    const UpdatePattern<bfloat16, bfloat16, arrays, std::uint16_t, StateT> pattern{
+    const UpdatePattern<bfloat16, bfloat16, arrays, std::uint16_t, S0, S1> pattern{
         param.data(), grad.data(), const_cast<std::uint16_t*>(s.remainder.data()),
-        at(0),        at(1),       nullptr};
-    time_beside_ceiling(state, exec, pattern, n,
-                        remainder_update_bytes<bfloat16>(arrays, sizeof(StateT)), run);
+        at(S0{}, 0),  at(S1{}, 1), nullptr};
+    time_beside_ceiling(state, exec, pattern, n, state_bytes + 8.0, run);
   } else {
-    const UpdatePattern<bfloat16, bfloat16, arrays, kopt::Impl::RoundToNearest, StateT> pattern{
-        param.data(), grad.data(), nullptr, at(0), at(1), nullptr};
-    time_beside_ceiling(state, exec, pattern, n,
-                        no_master_update_bytes<bfloat16>(arrays, sizeof(StateT)), run);
+    const UpdatePattern<bfloat16, bfloat16, arrays, kopt::Impl::RoundToNearest, S0, S1> pattern{
+        param.data(), grad.data(), nullptr, at(S0{}, 0), at(S1{}, 1), nullptr};
+    time_beside_ceiling(state, exec, pattern, n, state_bytes + 4.0, run);
   }
 }
 
@@ -150,10 +162,15 @@ void register_update_benchmarks() {
     add("adamw_bf16_remainder" + on, bm_update_storage<S, MasterStorage::remainder, float>, sizes);
     add("adamw_bf16_remainder_bf16_state" + on,
         bm_update_storage<S, MasterStorage::remainder, bfloat16>, sizes);
+    add("adamw_bf16_remainder_bf16_m_f32_v" + on,
+        bm_update_storage<S, MasterStorage::remainder, bfloat16, float>, sizes);
+    add("adamw_bf16_remainder_f16_state" + on,
+        bm_update_storage<S, MasterStorage::remainder, float16>, sizes);
     add("adamw_bf16_no_master_bf16_state" + on,
         bm_update_storage<S, MasterStorage::none, bfloat16>, sizes);
     add("adamw_bf16_stochastic_bf16_state" + on,
-        bm_update_storage<S, MasterStorage::none, bfloat16, kopt::Rounding::stochastic>, sizes);
+        bm_update_storage<S, MasterStorage::none, bfloat16, bfloat16, kopt::Rounding::stochastic>,
+        sizes);
     if (few) return;
     add("adamw_fp16_master" + on, bm_update<S, float16, float16, false>, sizes);
     add("adamw_fp32_amsgrad" + on, bm_update<S, float, float, true>, sizes);

@@ -28,8 +28,8 @@ KOKKOS_FORCEINLINE_FUNCTION float raw_value(T x) {
 // master is read and written and the param only written (a truncation stands for the
 // rounding); a master kept as a remainder (MasterT = std::uint16_t) is read and written
 // with the param, both read and written; without a master (MasterT =
-// kopt::Impl::RoundToNearest) the param alone is read and written. bf16 state arrays
-// (StateT) are read and written as 16 bits.
+// kopt::Impl::RoundToNearest) the param alone is read and written. 16-bit state arrays
+// (StateT for array 0, State1T for arrays 1 and 2) are read and written as 16 bits.
 template <class StateT>
 KOKKOS_FORCEINLINE_FUNCTION void add_to(StateT& x, float gi) {
   if constexpr (std::is_same_v<StateT, float>)
@@ -39,12 +39,12 @@ KOKKOS_FORCEINLINE_FUNCTION void add_to(StateT& x, float gi) {
 }
 
 template <class ParamT, class GradT, unsigned Arrays, class MasterT = float,
-          class StateT = float>
+          class StateT = float, class State1T = StateT>
 KOKKOS_FORCEINLINE_FUNCTION void update_pattern(std::int64_t i, ParamT* KOPT_RESTRICT p,
                                                 const GradT* KOPT_RESTRICT g,
                                                 MasterT* KOPT_RESTRICT w, StateT* KOPT_RESTRICT s0,
-                                                StateT* KOPT_RESTRICT s1, StateT* KOPT_RESTRICT s2,
-                                                float c) {
+                                                State1T* KOPT_RESTRICT s1,
+                                                State1T* KOPT_RESTRICT s2, float c) {
   const float gi = c * raw_value(g[i]);
   if constexpr ((Arrays & 1u) != 0) add_to(s0[i], gi);
   if constexpr ((Arrays & 2u) != 0) add_to(s1[i], gi);
@@ -70,11 +70,12 @@ KOKKOS_FORCEINLINE_FUNCTION void update_pattern(std::int64_t i, ParamT* KOPT_RES
 // machine and the pattern (2-core Xeon, 2^26: bf16 Adam 25.6 -> 28.0 GB/s with the requests,
 // 20-byte fp32 patterns 25.3 -> 24.2), so the ceiling is the faster of the two
 // (ceiling_seconds).
-template <bool Prefetch, class ParamT, class GradT, unsigned Arrays, class MasterT, class StateT>
+template <bool Prefetch, class ParamT, class GradT, unsigned Arrays, class MasterT, class StateT,
+          class State1T>
 KOPT_LOOP_FUNCTION void update_pattern_loop(std::int64_t begin, std::int64_t end,
                                             ParamT* KOPT_RESTRICT p, const GradT* KOPT_RESTRICT g,
                                             MasterT* KOPT_RESTRICT w, StateT* KOPT_RESTRICT s0,
-                                            StateT* KOPT_RESTRICT s1, StateT* KOPT_RESTRICT s2,
+                                            State1T* KOPT_RESTRICT s1, State1T* KOPT_RESTRICT s2,
                                             float c) {
   using kopt::Impl::prefetch_ahead;
   constexpr int block = kopt::Impl::update_prefetch_stride;
@@ -91,34 +92,37 @@ KOPT_LOOP_FUNCTION void update_pattern_loop(std::int64_t begin, std::int64_t end
       if constexpr ((Arrays & 2u) != 0) prefetch_ahead(s1, a);
       if constexpr ((Arrays & 4u) != 0) prefetch_ahead(s2, a);
       for (int k = 0; k < block; ++k)
-        update_pattern<ParamT, GradT, Arrays, MasterT, StateT>(i + k, p, g, w, s0, s1, s2, c);
+        update_pattern<ParamT, GradT, Arrays, MasterT, StateT, State1T>(i + k, p, g, w, s0, s1,
+                                                                        s2, c);
     }
   }
   for (; i < end; ++i)
-    update_pattern<ParamT, GradT, Arrays, MasterT, StateT>(i, p, g, w, s0, s1, s2, c);
+    update_pattern<ParamT, GradT, Arrays, MasterT, StateT, State1T>(i, p, g, w, s0, s1, s2, c);
 }
 
 /// The pattern of one fused update variant over the arrays of a tensor's state.
-template <class ParamT, class GradT, unsigned Arrays, class MasterT = float, class StateT = float>
+template <class ParamT, class GradT, unsigned Arrays, class MasterT = float, class StateT = float,
+          class State1T = StateT>
 struct UpdatePattern {
   ParamT* param;
   const GradT* grad;
   MasterT* master;  // 16-bit params only
   StateT* s0;
-  StateT* s1;
-  StateT* s2;
+  State1T* s1;
+  State1T* s2;
   float c = 0.0f;
   bool prefetch = false;  // the host loop's form (update_pattern_loop)
   KOKKOS_INLINE_FUNCTION void element(std::int64_t i) const {
-    update_pattern<ParamT, GradT, Arrays, MasterT, StateT>(i, param, grad, master, s0, s1, s2, c);
+    update_pattern<ParamT, GradT, Arrays, MasterT, StateT, State1T>(i, param, grad, master, s0,
+                                                                    s1, s2, c);
   }
   KOKKOS_INLINE_FUNCTION void range(std::int64_t begin, std::int64_t end) const {
     if (prefetch)
-      update_pattern_loop<true, ParamT, GradT, Arrays, MasterT, StateT>(begin, end, param, grad,
-                                                                        master, s0, s1, s2, c);
+      update_pattern_loop<true, ParamT, GradT, Arrays, MasterT, StateT, State1T>(
+          begin, end, param, grad, master, s0, s1, s2, c);
     else
-      update_pattern_loop<false, ParamT, GradT, Arrays, MasterT, StateT>(begin, end, param, grad,
-                                                                         master, s0, s1, s2, c);
+      update_pattern_loop<false, ParamT, GradT, Arrays, MasterT, StateT, State1T>(
+          begin, end, param, grad, master, s0, s1, s2, c);
   }
 };
 
@@ -206,9 +210,10 @@ void run_pattern(const ExecSpace& exec, const Pattern& pattern, std::int64_t n) 
 /// Seconds of an update pattern over n elements: on the host, the faster of its two loop forms
 /// (with and without software prefetch), each run once, so the ceiling is not a form kopt's
 /// own loop happens to beat; on devices, where prefetch_ahead is nothing, one run.
-template <class ExecSpace, class ParamT, class GradT, unsigned Arrays, class MasterT, class StateT>
+template <class ExecSpace, class ParamT, class GradT, unsigned Arrays, class MasterT, class StateT,
+          class State1T>
 double ceiling_seconds(const ExecSpace& exec,
-                       UpdatePattern<ParamT, GradT, Arrays, MasterT, StateT> pattern,
+                       UpdatePattern<ParamT, GradT, Arrays, MasterT, StateT, State1T> pattern,
                        std::int64_t n) {
   pattern.prefetch = false;
   const double plain = seconds(exec, [&] { run_pattern(exec, pattern, n); });

@@ -78,23 +78,6 @@ constexpr double update_bytes(unsigned arrays) {
   return sizeof(GradT) + state + param;
 }
 
-/// The same for a bf16 param whose master is a remainder (MasterStorage::remainder): grad
-/// read, param and remainder read and written (8 B where an fp32 master and its written
-/// param take 10), each state array of `state_size` bytes read and written.
-template <class GradT>
-constexpr double remainder_update_bytes(unsigned arrays, double state_size = 4.0) {
-  double state = 0.0;
-  for (; arrays != 0; arrays &= arrays - 1) state += 2.0 * state_size;
-  return sizeof(GradT) + state + 8.0;
-}
-
-/// The same for a 16-bit param without a master (MasterStorage::none): grad read, param read
-/// and written, each state array of `state_size` bytes read and written.
-template <class GradT>
-constexpr double no_master_update_bytes(unsigned arrays, double state_size = 4.0) {
-  return remainder_update_bytes<GradT>(arrays, state_size) - 4.0;
-}
-
 /// The same for Adam (28 B for fp32 and for 16-bit params with masters; +8 with amsgrad).
 template <class ParamT, class GradT, bool Amsgrad>
 constexpr double update_bytes_per_element() {

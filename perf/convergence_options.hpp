@@ -41,6 +41,28 @@ inline const StorageOption storage_options[] = {
        g.set_master(kopt::MasterStorage::remainder).set_state_dtype(kopt::DType::bf16);
      },
      Expect::close},
+    // bf16 exp_avg beside fp32 exp_avg_sq (22 B a step with remainders): v, whose falls
+    // bf16 loses at beta2 = 0.999, keeps its precision.
+    {"bf16_remainder_bf16_m_f32_v", kopt::DType::bf16,
+     [](kopt::ParamGroup& g) {
+       g.set_master(kopt::MasterStorage::remainder)
+           .set_state_dtype(kopt::DType::bf16)
+           .set_state_dtype("exp_avg_sq", kopt::DType::f32);
+     },
+     Expect::close},
+    {"bf16_remainder_f16_m_f32_v", kopt::DType::bf16,
+     [](kopt::ParamGroup& g) {
+       g.set_master(kopt::MasterStorage::remainder)
+           .set_state_dtype(kopt::DType::f16)
+           .set_state_dtype("exp_avg_sq", kopt::DType::f32);
+     },
+     Expect::close},
+    // f16 v: squared grads fall below f16's subnormals (6e-8), and its few bits below 6e-5.
+    {"bf16_remainder_f16_state", kopt::DType::bf16,
+     [](kopt::ParamGroup& g) {
+       g.set_master(kopt::MasterStorage::remainder).set_state_dtype(kopt::DType::f16);
+     },
+     Expect::worse},
     // Round to nearest drops every update under half an ulp of its param: late in the cosine
     // schedule most of them.
     {"bf16_no_master_bf16_state", kopt::DType::bf16,

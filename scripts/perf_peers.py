@@ -18,6 +18,7 @@ FORMS = {
     "adamw_fp32": ("fp32", "fp32 (28 B)"),
     "adamw_bf16_master": ("bf16", "fp32 master, fp32 m,v (28 B)"),
     "adamw_bf16_remainder": ("bf16", "exact master as remainder, fp32 m,v (26 B)"),
+    "adamw_bf16_remainder_bf16_m_f32_v": ("bf16", "exact master as remainder, bf16 m, fp32 v (22 B)"),
     "adamw_bf16_remainder_bf16_state": ("bf16", "exact master as remainder, bf16 m,v (18 B)"),
     "adamw_bf16_no_master_bf16_state": ("bf16", "no master, nearest, bf16 m,v (14 B)"),
     "adamw_bf16_stochastic_bf16_state": ("bf16", "no master, stochastic, bf16 m,v (14 B)"),
@@ -153,7 +154,7 @@ class Peers:
                          f"thread(s): {' '.join(loads)}")
         lines.append("bf16 layouts (B/element moved per step): kopt bf16 param and grad plus "
                      "fp32 master, m, v (28 B); an exact master kept as a 16-bit remainder, fp32 "
-                     "m, v (26 B) or bf16 m, v (18 B); no master, bf16 m, v, rounded to nearest "
+                     "m, v (26 B), bf16 m and fp32 v (22 B) or bf16 m, v (18 B); no master, bf16 m, v, rounded to nearest "
                      "or stochastically (14 B); torch bf16 param, grad, m, v (14 B); DeepSpeed "
                      "bf16 param and grad, fp32 m and v, no master (22 B). fp32: 28 B for all.")
         return lines

@@ -26,12 +26,14 @@ rm -f "$out"/*.json "$out"/*.log "$out"/order.txt
 # kopt's rows with a peer config: one tensor of 2^24 or 2^26 elements (--smoke scales sizes, and
 # the names with them, to 2^14 and 2^16), and the split of those totals into 1,000 tensors (its
 # name keeps the nominal total even under --smoke; the older name without a total matches too).
-# One tensor also in bf16's other storage forms (exact master as a remainder, fp32 or bf16 m,v;
+# One tensor also in bf16's other storage forms (exact master as a remainder, fp32 or bf16 m,v
+# or bf16 m beside fp32 v;
 # no master, bf16 m,v, nearest or stochastic): each meets the same peers' bf16 config.
 totals="16777216|67108864"
 single="$totals"
 [ "${#smoke[@]}" = 1 ] && single="16384|65536"
-forms="fp32|bf16_master|bf16_remainder|bf16_remainder_bf16_state|bf16_no_master_bf16_state"
+forms="fp32|bf16_master|bf16_remainder|bf16_remainder_bf16_m_f32_v|bf16_remainder_bf16_state"
+forms+="|bf16_no_master_bf16_state"
 forms+="|bf16_stochastic_bf16_state"
 filter="^adamw_($forms)/OpenMP/($single)/"
 filter+="|^adamw_(fp32|bf16_master)_split/OpenMP/1000/(($totals)/)?manual_time"

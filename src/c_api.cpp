@@ -23,13 +23,6 @@ std::string name_arg(const char* name) {
   return name;
 }
 
-kopt::DType dtype_of(kopt_dtype d) {
-  KOPT_THROW_IF(
-      d != KOPT_F32 && d != KOPT_BF16 && d != KOPT_F16,
-      "kopt C API: dtype " << static_cast<int>(d) << " is not KOPT_F32, KOPT_BF16 or KOPT_F16");
-  return static_cast<kopt::DType>(d);
-}
-
 kopt::MemorySpace space_of(kopt_memory_space s) {
   KOPT_THROW_IF(s < KOPT_HOST || s > KOPT_CUDA_HOST_PINNED,
                 "kopt C API: memory space " << static_cast<int>(s) << " is unknown");

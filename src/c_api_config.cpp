@@ -126,10 +126,18 @@ kopt_status kopt_groups_set_state_dtype(kopt_groups* groups, size_t group, kopt_
     auto& g = deref(groups, "groups");
     KOPT_THROW_IF(group >= g.groups.size(), "kopt C API: group " << group << " does not exist ("
                                                                  << g.groups.size() << " groups)");
-    KOPT_THROW_IF(dtype != KOPT_F32 && dtype != KOPT_BF16,
-                  "kopt C API: state dtype " << static_cast<int>(dtype)
-                                             << " is none of KOPT_F32, KOPT_BF16");
-    g.groups[group].set_state_dtype(dtype == KOPT_F32 ? kopt::DType::f32 : kopt::DType::bf16);
+    g.groups[group].set_state_dtype(dtype_of(dtype));
+  });
+}
+
+kopt_status kopt_groups_set_array_dtype(kopt_groups* groups, size_t group, const char* array,
+                                        kopt_dtype dtype) {
+  return guard([&] {
+    auto& g = deref(groups, "groups");
+    KOPT_THROW_IF(group >= g.groups.size(), "kopt C API: group " << group << " does not exist ("
+                                                                 << g.groups.size() << " groups)");
+    KOPT_THROW_IF(array == nullptr, "kopt C API: array is NULL");
+    g.groups[group].set_state_dtype(std::string(array), dtype_of(dtype));
   });
 }
 

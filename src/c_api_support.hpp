@@ -22,6 +22,14 @@ namespace kopt::c_api {
 inline thread_local std::string last_error;
 
 /// A C boolean: 0 or 1, nothing else (a garbage value from Fortran is an error, not "true").
+/// A kopt_dtype kopt updates and stores (KOPT_F32, KOPT_BF16, KOPT_F16) as a DType.
+inline kopt::DType dtype_of(kopt_dtype d) {
+  KOPT_THROW_IF(
+      d != KOPT_F32 && d != KOPT_BF16 && d != KOPT_F16,
+      "kopt C API: dtype " << static_cast<int>(d) << " is not KOPT_F32, KOPT_BF16 or KOPT_F16");
+  return static_cast<kopt::DType>(d);
+}
+
 inline bool flag(std::int32_t value, const char* what) {
   KOPT_THROW_IF(value != 0 && value != 1,
                 "kopt C API: " << what << " = " << value << " must be 0 or 1");

@@ -46,16 +46,26 @@ const char* engine_space_for(MemorySpace space) {
           << ")");
 }
 
-std::unique_ptr<Engine> make_engine(MemorySpace space, DType dtype,
-                                    const AlgorithmConfig& algorithm, const StateStorage& storage) {
-  const std::string where = engine_space_for(space);  // throws NotCompiled first
+std::string storage_form(const StateStorage& storage) {
   std::string form;
   if (storage.master != MasterStorage::f32)
     form += std::string(",master ") + name_of(storage.master);
   if (storage.rounding != Rounding::nearest)
     form += std::string(",") + name_of(storage.rounding) + " rounding";
-  if (storage.arrays != DType::f32) form += std::string(",") + name_of(storage.arrays) + " state";
-  const std::string label = label_for(space, dtype, algorithm, form.c_str());
+  if (storage.array_dtypes == decltype(storage.array_dtypes){}) {
+    if (storage.arrays != DType::f32) form += std::string(",") + name_of(storage.arrays) + " state";
+    return form;
+  }
+  form += ",state";
+  for (std::size_t k = 0; k < max_state_arrays; ++k)
+    form += std::string(k == 0 ? " " : "/") + name_of(storage.dtype_of(k));
+  return form;
+}
+
+std::unique_ptr<Engine> make_engine(MemorySpace space, DType dtype,
+                                    const AlgorithmConfig& algorithm, const StateStorage& storage) {
+  const std::string where = engine_space_for(space);  // throws NotCompiled first
+  const std::string label = label_for(space, dtype, algorithm, storage_form(storage).c_str());
 #ifdef KOKKOS_ENABLE_CUDA
   if (where == Kokkos::Cuda::name())
     return make_fused_engine(Kokkos::Cuda(), algorithm.index(), label, storage);
@@ -81,9 +91,7 @@ std::unique_ptr<Engine> make_offload_engine(MemorySpace space, DType dtype,
                                             const OffloadOptions& options,
                                             const StateStorage& storage) {
   const std::string where = engine_space_for(space);  // throws NotCompiled first
-  const std::string form =
-      storage.arrays != DType::f32 ? std::string(",offload,") + name_of(storage.arrays) + " state"
-                                   : std::string(",offload");
+  const std::string form = ",offload" + storage_form(storage);
   const std::string label = label_for(space, dtype, algorithm, form.c_str());
 #ifdef KOKKOS_ENABLE_CUDA
   if (where == Kokkos::Cuda::name())

@@ -17,12 +17,16 @@ namespace kopt {
 namespace {
 constexpr std::size_t kNone = std::numeric_limits<std::size_t>::max();
 
-/// The optimizer state a param would hold beside it: its algorithm's arrays (of
-/// `arrays` elements) + an fp32 master for 16-bit params, padded as the engines lay them out.
-std::size_t device_state_bytes(const Tensor& param, const AlgorithmConfig& config, DType arrays) {
+/// The optimizer state a param would hold beside it: its algorithm's arrays (each of its
+/// dtype) + an fp32 master for 16-bit params, padded as the engines lay them out.
+std::size_t device_state_bytes(const Tensor& param, const AlgorithmConfig& config,
+                               const StateStorage& storage) {
   const auto padded = static_cast<std::size_t>((param.numel + 15) / 16 * 16);
-  const std::size_t master = param.dtype != DType::f32 ? sizeof(float) : 0;
-  return padded * (Impl::arrays_kept(config) * size_of(arrays) + master);
+  std::size_t per_element = param.dtype != DType::f32 ? sizeof(float) : 0;
+  const unsigned kept = Impl::arrays_of(config);
+  for (std::size_t k = 0; k < max_state_arrays; ++k)
+    if ((kept >> k & 1u) != 0) per_element += size_of(storage.dtype_of(k));
+  return padded * per_element;
 }
 
 void validate_group_config(const AlgorithmConfig& config, std::size_t g) {
@@ -108,8 +112,7 @@ HybridOptimizer::HybridOptimizer(std::vector<ParamGroup> groups, const HybridOpt
           item.space != host_space) {
         candidates.push_back(pending.size());
         candidate_bytes.push_back(device_state_bytes(shards_->local_param(pending.size()),
-                                                     groups_[g].algorithm(),
-                                                     item.storage.arrays));
+                                                     groups_[g].algorithm(), item.storage));
       }
       pending.push_back(std::move(item));
     }
@@ -119,8 +122,7 @@ HybridOptimizer::HybridOptimizer(std::vector<ParamGroup> groups, const HybridOpt
     if (chosen[i]) pending[candidates[i]].offloaded = true;
 
   // One engine per (execution space, dtype, offloaded, algorithm, storage form).
-  std::map<std::tuple<std::string, DType, bool, std::size_t, MasterStorage, DType, Rounding,
-                      std::uint64_t>,
+  std::map<std::tuple<std::string, DType, bool, std::size_t, std::string, std::uint64_t>,
            std::size_t>
       engine_of;
   for (std::size_t ordinal = 0; ordinal < pending.size(); ++ordinal) {
@@ -133,8 +135,7 @@ HybridOptimizer::HybridOptimizer(std::vector<ParamGroup> groups, const HybridOpt
     const AlgorithmConfig& algorithm = groups_[item.group].algorithm();
     const auto key =
         std::make_tuple(item.space, p.param.dtype, item.offloaded, algorithm.index(),
-                        item.storage.master, item.storage.arrays, item.storage.rounding,
-                        item.storage.seed);
+                        Impl::storage_form(item.storage), item.storage.seed);
     auto it = engine_of.find(key);
     if (it == engine_of.end()) {
       it = engine_of.emplace(key, engines_.size()).first;

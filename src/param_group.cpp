@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <string>
+#include <variant>
 #include <kopt/error.hpp>
 #include <kopt/impl/param_registry.hpp>
 #include <kopt/param_group.hpp>
@@ -41,6 +42,13 @@ ParamGroup::ParamGroup(const AlgorithmConfig& config, StatePlacement placement)
 
 void ParamGroup::set_algorithm(const AlgorithmConfig& config) {
   kopt::validate(config);
+  // Per-array dtypes are by the algorithm's array index: another algorithm's arrays are others.
+  const bool per_array = std::any_of(storage_.array_dtypes.begin(), storage_.array_dtypes.end(),
+                                     [](const auto& d) { return d.has_value(); });
+  KOPT_THROW_IF(per_array && config.index() != config_.index(),
+                "ParamGroup::set_algorithm(" << algorithm_name(config) << "): the group has "
+                << "per-array state dtypes for " << algorithm_name(config_)
+                << "'s arrays; set_state_dtype(dtype) first, which clears them");
   config_ = config;
 }
 
@@ -57,9 +65,17 @@ void validate(const StateStorage& storage) {
   KOPT_THROW_IF(storage.seed != 0 && storage.rounding != Rounding::stochastic,
                 "StateStorage.seed = " << storage.seed
                                        << " without stochastic rounding, which alone uses it");
-  KOPT_THROW_IF(storage.arrays != DType::f32 && storage.arrays != DType::bf16,
+  const auto stored = [](DType d) {
+    return d == DType::f32 || d == DType::bf16 || d == DType::f16;
+  };
+  KOPT_THROW_IF(!stored(storage.arrays),
                 "StateStorage.arrays = " << name_of(storage.arrays)
-                                         << " is not a state dtype kopt stores: f32 or bf16");
+                                         << " is not a state dtype kopt stores: f32, bf16 or f16");
+  for (std::size_t k = 0; k < storage.array_dtypes.size(); ++k)
+    KOPT_THROW_IF(storage.array_dtypes[k] && !stored(*storage.array_dtypes[k]),
+                  "StateStorage.array_dtypes[" << k << "] = " << name_of(*storage.array_dtypes[k])
+                                               << " is not a state dtype kopt stores: f32, bf16 "
+                                                  "or f16");
 }
 
 ParamGroup& ParamGroup::set_master(MasterStorage master) {
@@ -89,6 +105,34 @@ ParamGroup& ParamGroup::set_rounding(Rounding rounding, std::uint64_t seed) {
 ParamGroup& ParamGroup::set_state_dtype(DType dtype) {
   StateStorage s = storage_;
   s.arrays = dtype;
+  s.array_dtypes = {};
+  validate(s);
+  storage_ = s;
+  return *this;
+}
+
+ParamGroup& ParamGroup::set_state_dtype(const std::string& array, DType dtype) {
+  const std::size_t k = std::visit(
+      [&](const auto& c) {
+        const auto& names = c.state_array_names;
+        return static_cast<std::size_t>(
+            std::find_if(names.begin(), names.end(), [&](const char* n) { return array == n; }) -
+            names.begin());
+      },
+      config_);
+  const std::size_t count =
+      std::visit([](const auto& c) { return c.state_array_names.size(); }, config_);
+  if (k == count) {
+    std::string known;
+    std::visit([&](const auto& c) {
+      for (const char* n : c.state_array_names) known += (known.empty() ? "" : ", ") + std::string(n);
+    }, config_);
+    KOPT_THROW_IF(true, "ParamGroup::set_state_dtype('" << array << "', " << name_of(dtype) << "): "
+               << algorithm_name(config_) << " has no state array of that name (its arrays: "
+               << known << ")");
+  }
+  StateStorage s = storage_;
+  s.array_dtypes[k] = dtype;
   validate(s);
   storage_ = s;
   return *this;

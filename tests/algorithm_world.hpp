@@ -31,11 +31,18 @@ struct AlgorithmWorld {
       groups.emplace_back(configs[g], g < host_state.size() && host_state[g]
                                           ? kopt::StatePlacement::host
                                           : kopt::StatePlacement::with_params);
-      if (g < storage.size())
+      if (g < storage.size()) {
         groups.back()
             .set_master(storage[g].master)
             .set_rounding(storage[g].rounding, storage[g].seed)
             .set_state_dtype(storage[g].arrays);
+        for (std::size_t k = 0; k < kopt::max_state_arrays; ++k)
+          if (storage[g].array_dtypes[k])  // by the algorithm's name for array k
+            groups.back().set_state_dtype(
+                std::visit([&](const auto& c) { return std::string(c.state_array_names.at(k)); },
+                           configs[g]),
+                *storage[g].array_dtypes[k]);
+      }
     }
     std::mt19937 rng(seed);
     for (std::size_t j = 0; j < defs.size(); ++j) {

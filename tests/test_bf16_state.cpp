@@ -10,6 +10,7 @@
 
 #include "algorithm_world.hpp"
 #include "reference_steps.hpp"
+#include "rounded_state_check.hpp"
 #include "test_support.hpp"
 
 namespace {
@@ -18,87 +19,8 @@ using namespace kopt_test;
 using kopt::DType;
 using kopt::MasterStorage;
 
-// What a param's update works on, and its state, as floats.
-struct Values {
-  std::vector<float> w;                 // the param (f32) or its master
-  std::array<std::vector<float>, 3> s;  // the policy's arrays, widened
-};
-
-template <class Opt, class P, class Space>
-Values read_values(Opt& opt, const std::string& name, SpaceArray<P, Space>& param) {
-  const std::size_t n = param.size();
-  Values v;
-  v.w.resize(n);
-  for (auto& a : v.s) a.assign(n, 0.0f);
-  opt.read_state(name, 0, static_cast<std::int64_t>(n),
-                 {v.s[0].data(), v.s[1].data(), v.s[2].data(),
-                  std::is_same_v<P, float> ? nullptr : v.w.data()});
-  if constexpr (std::is_same_v<P, float>) v.w = param.download();
-  return v;
-}
-
-std::int64_t bf16_distance(double expected, float got) {
-  const auto e = static_cast<std::int64_t>(kopt::bfloat16::from_float(static_cast<float>(expected)).bits);
-  const auto g = static_cast<std::int64_t>(kopt::bfloat16::from_float(got).bits);
-  return std::abs(e - g);
-}
-
-// 30 steps of `config` on params of sizes 0, 1, 17 and 1,000 with bf16 state arrays: each
-// step against `reference_step(t, p, g, s, uncertain)`, a double step from the widened state
-// kopt held before it (s in, unrounded state out; uncertain[i]: a param the reference cannot
-// predict, a sign of a near-zero interpolation for Lion). Every stored state element is the
-// reference's rounded to nearest bf16 (all but a few bitwise; none more than 1 ulp off, where
-// fp32 and double arithmetic round a near-tie apart, unless a cancellation left it far below
-// the values it came from and fp32's own error); every param matches to fp32 accuracy.
-template <class Space, class Policy, class P, class Step>
-void expect_steps_round_state(const typename Policy::Config& config, MasterStorage master,
-                              Step&& reference_step) {
-  const std::size_t sizes[] = {0, 1, 17, 1000};
-  kopt::FusedOptimizer<Space, Policy> opt(Space(), config, "kopt::bf16_state",
-                                          {.master = master, .arrays = DType::bf16});
-  std::mt19937 rng(17);
-  std::uniform_real_distribution<float> dist(-1, 1);
-  auto [params, grads] = add_random_params<P, Space>(opt, sizes, rng);
-  const unsigned kept = config.state_arrays();
-  std::size_t exact = 0, total = 0, far = 0, param_misses = 0;
-  for (int t = 1; t <= 30; ++t) {
-    std::vector<Values> before;
-    for (std::size_t j = 0; j < params.size(); ++j) {
-      for (auto& x : grads[j]->host) x = kopt::Impl::from_float<P>(dist(rng));
-      grads[j]->upload();
-      before.push_back(read_values(opt, "p" + std::to_string(j), *params[j]));
-    }
-    opt.step();
-    Kokkos::fence();
-    for (std::size_t j = 0; j < params.size(); ++j) {
-      const Values after = read_values(opt, "p" + std::to_string(j), *params[j]);
-      const std::size_t n = sizes[j];
-      std::vector<double> p(before[j].w.begin(), before[j].w.end()), g = widen(grads[j]->host);
-      std::array<std::vector<double>, 3> s;
-      for (std::size_t k = 0; k < 3; ++k) s[k].assign(before[j].s[k].begin(), before[j].s[k].end());
-      std::vector<char> uncertain(n, 0);
-      reference_step(t, p, g, s, uncertain);
-      for (std::size_t i = 0; i < n; ++i) {
-        for (std::size_t k = 0; k < 3; ++k) {
-          if ((kept >> k & 1u) == 0) continue;
-          // Beyond one ulp only by cancellation: fp32's error bound on an element computed
-          // from the old value and the grad (m near 0 from m and g of opposite signs).
-          const std::int64_t d = bf16_distance(s[k][i], after.s[k][i]);
-          const double scale = std::abs(before[j].s[k][i]) + std::abs(g[i]) + g[i] * g[i];
-          exact += d == 0;
-          far += d > 1 && std::abs(after.s[k][i] - s[k][i]) > 1e-6 * scale;
-          ++total;
-        }
-        const double moved = std::abs(p[i] - before[j].w[i]);
-        const double tol = 1e-6 * std::abs(before[j].w[i]) + 1e-4 * moved + 1e-30;
-        if (!uncertain[i] && !(std::abs(after.w[i] - p[i]) <= tol)) ++param_misses;
-      }
-    }
-  }
-  EXPECT_EQ(far, 0u) << "state elements more than one bf16 ulp from the reference's";
-  EXPECT_GE(exact, total - total / 100) << "of " << total << " state elements";
-  EXPECT_GT(total, 0u);
-  EXPECT_EQ(param_misses, 0u) << "params off the reference";
+kopt::StateStorage bf16_state(MasterStorage master) {
+  return {.master = master, .arrays = DType::bf16};
 }
 
 template <class Space>
@@ -113,11 +35,12 @@ TYPED_TEST(Bf16State, AdamStepsMatchTheRoundedReference) {
         kopt::AdamConfig{.lr = 1e-2, .weight_decay = 0.1, .decoupled = false, .amsgrad = true}}) {
     SCOPED_TRACE(c.amsgrad ? "amsgrad" : "adamw");
     const ReferenceStep step = adam_step(c);
-    expect_steps_round_state<Space, kopt::Impl::AdamPolicy, float>(c, MasterStorage::f32, step);
-    expect_steps_round_state<Space, kopt::Impl::AdamPolicy, kopt::bfloat16>(c, MasterStorage::f32,
-                                                                           step);
+    expect_steps_round_state<Space, kopt::Impl::AdamPolicy, float>(
+        c, bf16_state(MasterStorage::f32), step);
     expect_steps_round_state<Space, kopt::Impl::AdamPolicy, kopt::bfloat16>(
-        c, MasterStorage::remainder, step);
+        c, bf16_state(MasterStorage::f32), step);
+    expect_steps_round_state<Space, kopt::Impl::AdamPolicy, kopt::bfloat16>(
+        c, bf16_state(MasterStorage::remainder), step);
   }
 }
 
@@ -125,22 +48,22 @@ TYPED_TEST(Bf16State, SgdLionAndAdagradStepsMatchTheRoundedReference) {
   using Space = TypeParam;
   using kopt::bfloat16;
   const kopt::SgdConfig sgd{.lr = 0.05, .momentum = 0.9, .weight_decay = 0.01, .nesterov = true};
-  expect_steps_round_state<Space, kopt::Impl::SgdPolicy, float>(sgd, MasterStorage::f32,
-                                                               sgd_step(sgd));
-  expect_steps_round_state<Space, kopt::Impl::SgdPolicy, bfloat16>(sgd, MasterStorage::remainder,
-                                                                  sgd_step(sgd));
+  expect_steps_round_state<Space, kopt::Impl::SgdPolicy, float>(sgd, bf16_state(MasterStorage::f32),
+                                                                sgd_step(sgd));
+  expect_steps_round_state<Space, kopt::Impl::SgdPolicy, bfloat16>(
+      sgd, bf16_state(MasterStorage::remainder), sgd_step(sgd));
 
   const kopt::AdagradConfig adagrad{.lr = 0.05, .lr_decay = 0.01, .initial_accumulator_value = 0.1};
-  expect_steps_round_state<Space, kopt::Impl::AdagradPolicy, float>(adagrad, MasterStorage::f32,
-                                                                   adagrad_step(adagrad));
+  expect_steps_round_state<Space, kopt::Impl::AdagradPolicy, float>(
+      adagrad, bf16_state(MasterStorage::f32), adagrad_step(adagrad));
   expect_steps_round_state<Space, kopt::Impl::AdagradPolicy, bfloat16>(
-      adagrad, MasterStorage::remainder, adagrad_step(adagrad));
+      adagrad, bf16_state(MasterStorage::remainder), adagrad_step(adagrad));
 
   const kopt::LionConfig lion{.lr = 1e-3, .weight_decay = 0.1};
-  expect_steps_round_state<Space, kopt::Impl::LionPolicy, float>(lion, MasterStorage::f32,
-                                                                lion_step(lion));
-  expect_steps_round_state<Space, kopt::Impl::LionPolicy, bfloat16>(lion, MasterStorage::remainder,
-                                                                   lion_step(lion));
+  expect_steps_round_state<Space, kopt::Impl::LionPolicy, float>(
+      lion, bf16_state(MasterStorage::f32), lion_step(lion));
+  expect_steps_round_state<Space, kopt::Impl::LionPolicy, bfloat16>(
+      lion, bf16_state(MasterStorage::remainder), lion_step(lion));
 }
 
 // Through the optimizer: group 0 keeps bf16 params' masters as remainders beside bf16
@@ -150,8 +73,10 @@ const std::vector<kopt::StateStorage> kBf16Storage = {
     {.master = MasterStorage::f32, .arrays = DType::bf16}};
 
 std::vector<ParamDef> defs() {
-  return {{0, DType::bf16, DType::bf16, true, 1000}, {0, DType::f32, DType::f32, true, 8199},
-          {1, DType::bf16, DType::f32, true, 17},    {1, DType::f16, DType::f16, true, 13}};
+  return {{0, DType::bf16, DType::bf16, true, 1000},
+          {0, DType::f32, DType::f32, true, 8199},
+          {1, DType::bf16, DType::f32, true, 17},
+          {1, DType::f16, DType::f16, true, 13}};
 }
 
 kopt::HybridOptions clipped() {
@@ -248,9 +173,10 @@ TEST(Bf16StateOptimizer, OffloadedGroupsStepLikeLocalOnesBitwise) {
 
 // 2 bytes per state array element; remainders 2 per bf16 master.
 TEST(Bf16StateOptimizer, StateBytesCountTwoBytesPerArrayElement) {
-  AlgorithmWorld w({kopt::AdamConfig{}}, {{0, DType::bf16, DType::bf16, true, 1000},
-                                          {0, DType::f32, DType::f32, true, 8199}},
-                   {}, 3, {}, {kBf16Storage[0]});
+  AlgorithmWorld w(
+      {kopt::AdamConfig{}},
+      {{0, DType::bf16, DType::bf16, true, 1000}, {0, DType::f32, DType::f32, true, 8199}}, {}, 3,
+      {}, {kBf16Storage[0]});
   w.train(0, 1);
   std::size_t bytes = 0;
   for (const auto& [space, b] : w.opt->state_bytes()) bytes += b;
@@ -259,8 +185,9 @@ TEST(Bf16StateOptimizer, StateBytesCountTwoBytesPerArrayElement) {
 
 TEST(Bf16StateOptimizer, BadInputIsRefusedNamingIt) {
   kopt::ParamGroup group;
-  expect_error<kopt::InvalidArgument>([&] { group.set_state_dtype(DType::f16); },
-                                      "StateStorage.arrays = f16");
+  expect_error<kopt::InvalidArgument>([&] { group.set_state_dtype(DType::f64); },
+                                      "StateStorage.arrays = f64 is not a state dtype kopt "
+                                      "stores: f32, bf16 or f16");
   EXPECT_EQ(group.storage(), kopt::StateStorage{});
   using Opt = kopt::FusedOptimizer<Kokkos::DefaultHostExecutionSpace, kopt::Impl::AdamPolicy>;
   expect_error<kopt::InvalidArgument>(

@@ -95,9 +95,11 @@ TYPED_TEST(NoMaster, NearestStepsMatchTheRoundedReference) {
   expect_params_round_to_nearest<Space, AdamPolicy, bfloat16>(adam, DType::f32, adam_step(adam));
   expect_params_round_to_nearest<Space, AdamPolicy, float16>(adam, DType::f32, adam_step(adam));
   expect_params_round_to_nearest<Space, AdamPolicy, bfloat16>(adam, DType::bf16, adam_step(adam));
+  expect_params_round_to_nearest<Space, AdamPolicy, float16>(adam, DType::f16, adam_step(adam));
   const kopt::SgdConfig sgd{.lr = 0.05, .momentum = 0.9, .weight_decay = 0.01, .nesterov = true};
   expect_params_round_to_nearest<Space, SgdPolicy, bfloat16>(sgd, DType::f32, sgd_step(sgd));
   expect_params_round_to_nearest<Space, SgdPolicy, float16>(sgd, DType::f32, sgd_step(sgd));
+  expect_params_round_to_nearest<Space, SgdPolicy, bfloat16>(sgd, DType::f16, sgd_step(sgd));
   const kopt::AdagradConfig adagrad{.lr = 0.05, .lr_decay = 0.01, .initial_accumulator_value = 0.1};
   expect_params_round_to_nearest<Space, AdagradPolicy, bfloat16>(adagrad, DType::f32,
                                                                  adagrad_step(adagrad));

@@ -23,11 +23,14 @@ namespace kopt {
 /// Read-only handles on one parameter's state, in the engine's memory space.
 template <class MemSpace, std::size_t NumArrays>
 struct StateView {
-  /// The policy's arrays (Policy::array_names); empty where no group keeps one yet. Under
-  /// StateStorage::arrays = bf16, copies widened from the engine's bf16_arrays.
+  /// The policy's arrays (Policy::array_names); empty where no group keeps one yet. An
+  /// array stored in 16 bits (StateStorage::dtype_of) is a copy widened from the engine's
+  /// own (bf16_arrays, f16_arrays).
   std::array<Kokkos::View<const float*, MemSpace>, NumArrays> arrays;
-  /// The engine's own bf16 arrays (StateStorage::arrays = bf16; else empty).
+  /// The engine's own arrays of dtype bf16 (else empty).
   std::array<Kokkos::View<const bfloat16*, MemSpace>, NumArrays> bf16_arrays;
+  /// The engine's own arrays of dtype f16 (else empty).
+  std::array<Kokkos::View<const float16*, MemSpace>, NumArrays> f16_arrays;
   /// Empty for fp32 params; under MasterStorage::remainder, a copy joined from the param
   /// and its remainder; under MasterStorage::none, the param widened.
   Kokkos::View<const float*, MemSpace> master;

@@ -116,8 +116,14 @@ kopt_status kopt_groups_set_master(kopt_groups* groups, size_t group, const char
 kopt_status kopt_groups_set_rounding(kopt_groups* groups, size_t group, const char* rounding,
                                      uint64_t seed);
 /* The element type of group `group`'s state arrays (kopt::StateStorage::arrays): KOPT_F32
- * (the default) or KOPT_BF16 (stored rounded to nearest even; offloaded groups too). */
+ * (the default), KOPT_BF16 or KOPT_F16 (stored rounded to nearest even; offloaded groups
+ * too). Clears the per-array ones. */
 kopt_status kopt_groups_set_state_dtype(kopt_groups* groups, size_t group, kopt_dtype dtype);
+/* The element type of one of the group's state arrays, by its algorithm's name for it
+ * ("exp_avg", "exp_avg_sq", "max_exp_avg_sq" for Adam; "momentum_buffer", "exp_avg", "sum"):
+ * e.g. KOPT_F32 for "exp_avg_sq" after kopt_groups_set_state_dtype(g, i, KOPT_BF16). */
+kopt_status kopt_groups_set_array_dtype(kopt_groups* groups, size_t group, const char* array,
+                                        kopt_dtype dtype);
 kopt_status kopt_groups_add_param(kopt_groups* groups, size_t group, const char* name, void* param,
                                   kopt_dtype param_dtype, void* grad, kopt_dtype grad_dtype,
                                   int64_t numel, kopt_memory_space space);

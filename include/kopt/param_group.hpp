@@ -77,9 +77,14 @@ class ParamGroup {
   /// set_master(none), which a later set_master to another form resets): Rounding::
   /// stochastic with `seed`, or nearest (seed 0). Returns *this for chaining.
   ParamGroup& set_rounding(Rounding rounding, std::uint64_t seed = 0);
-  /// The element type of the algorithm's state arrays (StateStorage::arrays; default f32).
-  /// Returns *this for chaining.
+  /// The element type of every state array of the algorithm (StateStorage::arrays; default
+  /// f32; f32, bf16 or f16), clearing the per-array ones. Returns *this for chaining.
   ParamGroup& set_state_dtype(DType dtype);
+  /// The element type of the algorithm's state array `array` (its config's
+  /// state_array_names, e.g. "exp_avg_sq"; StateStorage::array_dtypes): e.g.
+  /// `set_state_dtype(DType::bf16).set_state_dtype("exp_avg_sq", DType::f32)`. Throws
+  /// kopt::InvalidArgument naming the algorithm's arrays for another name.
+  ParamGroup& set_state_dtype(const std::string& array, DType dtype);
   /// The whole storage form.
   const StateStorage& storage() const { return storage_; }
 

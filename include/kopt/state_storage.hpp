@@ -3,8 +3,11 @@
 /// kopt::StateStorage: how a group stores its optimizer state (the masters' form, the state
 /// arrays' element type). Kokkos-free.
 
+#include <array>
+#include <cstddef>
 #include <cstdint>
 #include <kopt/dtype.hpp>
+#include <optional>
 
 namespace kopt {
 
@@ -48,21 +51,47 @@ enum class Rounding : std::uint8_t {
 /// "nearest" or "stochastic".
 const char* name_of(Rounding rounding);
 
-/// How a group stores its optimizer state: the masters' form, and the element type of its
-/// algorithm's state arrays (moments, momentum buffers, sums). The math runs in fp32 whatever
-/// they are; only storage narrows.
+/// The most state arrays an algorithm keeps per element (Adam with amsgrad: 3).
+inline constexpr std::size_t max_state_arrays = 3;
+
+/// How a group stores its optimizer state: the masters' form, and the element type of each
+/// of its algorithm's state arrays (moments, momentum buffers, sums). The math runs in fp32
+/// whatever they are; only storage narrows: each element is widened exactly, updated, and
+/// rounded to nearest even once per step.
+///
+/// Array element types: f32 (4 B), bf16 (2 B; fp32's range, 8 significant bits) and f16
+/// (2 B; 11 significant bits, magnitudes 6e-8 to 65504: past 65504 an element becomes Inf,
+/// below 6e-8 zero). bf16 suits every array. f16 suits a first moment (exp_avg, momentum
+/// buffers: grad-sized values) and not a second one (exp_avg_sq, Adagrad's sum: squared
+/// grads, which underflow to 0 below |grad| ~ 1e-3 and overflow above 256).
 struct StateStorage {
   MasterStorage master = MasterStorage::f32;
-  /// DType::f32 (default) or DType::bf16: every state array element is rounded to nearest
-  /// even after each update (2 bytes instead of 4 per array and element). Checkpoints hold
-  /// the values widened to fp32; a file loaded into a group of bf16 arrays is rounded to
-  /// nearest even there.
+  /// The element type of every state array without an entry in `array_dtypes`: DType::f32
+  /// (default), bf16 or f16. Checkpoints hold the values widened to fp32; a file loaded
+  /// into a group of 16-bit arrays is rounded to nearest even there.
   DType arrays = DType::f32;
   /// MasterStorage::none only (else nearest): how updates are rounded into the params.
   Rounding rounding = Rounding::nearest;
   /// Rounding::stochastic only (else 0): the seed of its random bits.
   std::uint64_t seed = 0;
+  /// Per-array element types, by the algorithm's array index (AdamConfig::state_array_names:
+  /// exp_avg, exp_avg_sq, max_exp_avg_sq; set by name with ParamGroup::set_state_dtype);
+  /// an empty entry takes `arrays`. E.g. bf16 exp_avg with f32 exp_avg_sq.
+  std::array<std::optional<DType>, max_state_arrays> array_dtypes{};
   bool operator==(const StateStorage&) const = default;
+
+  /// The element type of array k.
+  DType dtype_of(std::size_t k) const {
+    return k < array_dtypes.size() ? array_dtypes[k].value_or(arrays) : arrays;
+  }
+  /// Whether every array is of `dtype`.
+  bool all(DType dtype) const {
+    for (std::size_t k = 0; k < max_state_arrays; ++k)
+      if (dtype_of(k) != dtype) return false;
+    return true;
+  }
+  /// Whether every array is f32 (the default).
+  bool wide() const { return all(DType::f32); }
 };
 
 /// Throws kopt::InvalidArgument naming the field when `storage` is invalid.

@@ -117,8 +117,16 @@ int main(void) {
   CHECK(strstr(kopt_last_error(), "StatePlacement::host") != NULL);
   CHECK(kopt_groups_set_master(groups, 0, "remainder") == KOPT_OK);
   CHECK(kopt_groups_set_master(groups, 1, "f32") == KOPT_OK);
-  CHECK(kopt_groups_set_state_dtype(groups, 0, KOPT_F16) == KOPT_ERROR_INVALID_ARGUMENT);
-  CHECK(strstr(kopt_last_error(), "state dtype") != NULL);
+  CHECK(kopt_groups_set_state_dtype(groups, 0, (kopt_dtype)7) == KOPT_ERROR_INVALID_ARGUMENT);
+  CHECK(strstr(kopt_last_error(), "dtype 7") != NULL);
+  CHECK(kopt_groups_set_state_dtype(groups, 0, KOPT_F16) == KOPT_OK);
+  CHECK(kopt_groups_set_array_dtype(groups, 0, "momentum", KOPT_F32) ==
+        KOPT_ERROR_INVALID_ARGUMENT);
+  CHECK(strstr(kopt_last_error(), "exp_avg, exp_avg_sq, max_exp_avg_sq") != NULL);
+  CHECK(kopt_groups_set_array_dtype(groups, 0, NULL, KOPT_F32) == KOPT_ERROR_INVALID_ARGUMENT);
+  CHECK(kopt_groups_set_array_dtype(groups, 9, "exp_avg", KOPT_F32) ==
+        KOPT_ERROR_INVALID_ARGUMENT);
+  CHECK(kopt_groups_set_array_dtype(groups, 0, "exp_avg_sq", KOPT_F32) == KOPT_OK);
   CHECK(kopt_groups_set_state_dtype(groups, 2, KOPT_BF16) == KOPT_OK); /* offloaded too */
   CHECK(kopt_groups_set_state_dtype(groups, 2, KOPT_F32) == KOPT_OK);
   CHECK(kopt_groups_set_state_dtype(groups, 0, KOPT_F32) == KOPT_OK);
@@ -129,13 +137,21 @@ int main(void) {
   CHECK(memcmp(ra, rb, sizeof ra) == 0);
   CHECK(ra[0] != (uint16_t)0x3e80); /* they moved (0.25 was 0x3e80) */
   kopt_optimizer_destroy(opt);
-  /* bf16 state arrays beside remainders: the 18-byte step runs and moves the params. */
+  /* bf16 state arrays beside remainders: the 18-byte step runs and moves the params; so
+   * does bf16 exp_avg beside f32 exp_avg_sq. */
   uint16_t before = ra[0];
   CHECK(kopt_groups_set_state_dtype(groups, 0, KOPT_BF16) == KOPT_OK);
   CHECK(kopt_optimizer_create(groups, NULL, &opt) == KOPT_OK);
   CHECK(kopt_step(opt, NULL) == KOPT_OK);
   CHECK(ra[0] != before);
   kopt_optimizer_destroy(opt);
+  before = ra[0];
+  CHECK(kopt_groups_set_array_dtype(groups, 0, "exp_avg_sq", KOPT_F32) == KOPT_OK);
+  CHECK(kopt_optimizer_create(groups, NULL, &opt) == KOPT_OK);
+  CHECK(kopt_step(opt, NULL) == KOPT_OK);
+  CHECK(ra[0] != before);
+  kopt_optimizer_destroy(opt);
+  CHECK(kopt_groups_set_state_dtype(groups, 0, KOPT_BF16) == KOPT_OK);
   CHECK(kopt_groups_add_param(groups, 0, "h", half, KOPT_F16, rg, KOPT_BF16, N, KOPT_HOST) == KOPT_OK);
   opt = NULL;
   CHECK(kopt_optimizer_create(groups, NULL, &opt) == KOPT_ERROR_INVALID_ARGUMENT && opt == NULL);

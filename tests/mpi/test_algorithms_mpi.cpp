@@ -135,13 +135,18 @@ TEST(RemainderZero1, ShardedRemainderRunsMatchOneProcessBitwise) {
                                    {0, DType::f32, DType::f32, false, 1}};
   kopt::HybridOptions options;
   options.max_grad_norm = 5.0;
-  for (const DType arrays : {DType::f32, DType::bf16})
+  // fp32 arrays, bf16 arrays, and an f16 first array beside fp32 others (per-array dtypes).
+  for (const kopt::StateStorage form :
+       {kopt::StateStorage{.master = kopt::MasterStorage::remainder},
+        kopt::StateStorage{.master = kopt::MasterStorage::remainder, .arrays = DType::bf16},
+        kopt::StateStorage{.master = kopt::MasterStorage::remainder,
+                           .array_dtypes = {DType::f16}}})
     for (const kopt::AlgorithmConfig& config :
          {kopt::AlgorithmConfig(kopt::AdamConfig{.lr = 1e-3}),
           kopt::AlgorithmConfig(kopt::SgdConfig{.lr = 0.05, .momentum = 0.9})}) {
-      SCOPED_TRACE(describe({config}) + (arrays == DType::bf16 ? ", bf16 state" : ""));
-      const std::vector<kopt::StateStorage> storage = {
-          {.master = kopt::MasterStorage::remainder, .arrays = arrays}};
+      SCOPED_TRACE(describe({config}) + ", state " + kopt::name_of(form.dtype_of(0)) + "/" +
+                   kopt::name_of(form.dtype_of(1)));
+      const std::vector<kopt::StateStorage> storage = {form};
       AlgorithmWorld one({config}, d, options, 25, {}, storage);
       AlgorithmWorld zero({config}, d, sharded(options, kopt::ZeroStage::one), 25, {}, storage);
       AlgorithmWorld fp32_masters({config}, d, options, 25);
@@ -151,7 +156,7 @@ TEST(RemainderZero1, ShardedRemainderRunsMatchOneProcessBitwise) {
           w->opt->step();
         }
       expect_same(one, zero);
-      if (arrays != DType::f32) continue;
+      if (!form.wide()) continue;
       const auto a = kopt_test::saved_params(*one.opt);
       const auto b = kopt_test::saved_params(*fp32_masters.opt);
       for (const auto& [name, s] : a) EXPECT_TRUE(s == b.at(name)) << name << ": masters differ";

@@ -146,6 +146,11 @@ std::unique_ptr<Engine> make_engine(MemorySpace space, DType dtype,
                                     const AlgorithmConfig& algorithm,
                                     const StateStorage& storage = {});
 
+/// A storage form as the engines' labels show it (",master remainder,bf16 state"; "" for the
+/// default); equal forms give equal strings, so it also keys the engines of a HybridOptimizer
+/// (with the seed, which it leaves out).
+std::string storage_form(const StateStorage& storage);
+
 /// The name of the execution space make_engine picks for `space` (for grouping).
 const char* engine_space_for(MemorySpace space);
 

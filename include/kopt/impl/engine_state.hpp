@@ -63,13 +63,18 @@ class EngineState {
  public:
   using FloatView = Kokkos::View<float*, MemSpace>;
   using RemainderView = Kokkos::View<std::uint16_t*, MemSpace>;
-  using NarrowView = Kokkos::View<bfloat16*, MemSpace>;
+  using Bf16View = Kokkos::View<bfloat16*, MemSpace>;
+  using F16View = Kokkos::View<float16*, MemSpace>;
 
   /// `storage`: how the state is held (validated); masters other than fp32 copies only with
   /// Masters::of_16_bit_params (the offload pipeline keeps its masters apart from the params).
   EngineState(std::string label, Masters masters, const StateStorage& storage = {})
       : label_(std::move(label)), masters_(masters), storage_(storage) {
     validate(storage_);
+    for (std::size_t k = Policy::num_arrays; k < max_state_arrays; ++k)
+      KOPT_THROW_IF(storage_.array_dtypes[k].has_value(),
+                    label_ << ": StateStorage.array_dtypes[" << k << "] is set, but "
+                           << Policy::name << " has " << Policy::num_arrays << " state arrays");
     KOPT_THROW_IF(storage_.master != MasterStorage::f32 && masters_ != Masters::of_16_bit_params,
                   label_ << ": masters kept apart from the params are fp32 copies, not "
                          << name_of(storage_.master));
@@ -78,8 +83,8 @@ class EngineState {
   bool remainders() const { return storage_.master == MasterStorage::remainder; }
   /// Whether the masters are fp32 copies (MasterStorage::f32): neither remainders nor none.
   bool master_copies() const { return storage_.master == MasterStorage::f32; }
-  /// Whether the policy's arrays are stored as bf16 (StateStorage::arrays).
-  bool narrow() const { return storage_.arrays == DType::bf16; }
+  /// The element type of array k (StateStorage::dtype_of).
+  DType dtype(std::size_t k) const { return storage_.dtype_of(k); }
 
   /// Grows every array to the registry's layout on `exec`: each of the policy's arrays once
   /// a group uses it or the registry holds it (then kept), the masters always. New elements
@@ -108,10 +113,13 @@ class EngineState {
     for (std::size_t k = 0; k < arrays_.size(); ++k) {
       if (!wanted(k)) continue;
       const std::string name = label_ + "::" + Policy::array_names[k];
-      if (narrow())
-        narrow_[k] = grow_state_array(exec, narrow_[k], moments, name, static_cast<StateArray>(k));
+      const auto which = static_cast<StateArray>(k);
+      if (dtype(k) == DType::bf16)
+        bf16_[k] = grow_state_array(exec, bf16_[k], moments, name, which);
+      else if (dtype(k) == DType::f16)
+        f16_[k] = grow_state_array(exec, f16_[k], moments, name, which);
       else
-        arrays_[k] = grow_state_array(exec, arrays_[k], moments, name, static_cast<StateArray>(k));
+        arrays_[k] = grow_state_array(exec, arrays_[k], moments, name, which);
     }
     if (remainders())
       remainder_ = grow_state_array(exec, remainder_, masters, label_ + "::remainder", kMaster);
@@ -121,10 +129,12 @@ class EngineState {
   }
 
   /// Array k (Policy::array_names) of fp32 state; empty while no group uses it, and when
-  /// the arrays are bf16 (narrow_array(k)).
+  /// it is stored in 16 bits (bf16_array(k), f16_array(k)).
   const FloatView& array(std::size_t k) const { return arrays_[k]; }
-  /// Array k of bf16 state (narrow()); else empty.
-  const NarrowView& narrow_array(std::size_t k) const { return narrow_[k]; }
+  /// Array k when its dtype is bf16; else empty.
+  const Bf16View& bf16_array(std::size_t k) const { return bf16_[k]; }
+  /// Array k when its dtype is f16; else empty.
+  const F16View& f16_array(std::size_t k) const { return f16_[k]; }
   /// Whether array k is allocated, in either form.
   bool held(std::size_t k) const { return length(k) > 0; }
   /// The fp32 masters (empty when they are remainders).
@@ -155,9 +165,10 @@ class EngineState {
     slot.first_index = e.param.global_offset + begin;
     for (std::size_t k = 0; k < arrays_.size(); ++k) {
       const std::int64_t at = e.state_offset + begin;
-      slot.state[k] = !held(k) ? nullptr
-                      : narrow() ? static_cast<void*>(narrow_[k].data() + at)
-                                 : static_cast<void*>(arrays_[k].data() + at);
+      slot.state[k] = !held(k)                   ? nullptr
+                      : dtype(k) == DType::bf16 ? static_cast<void*>(bf16_[k].data() + at)
+                      : dtype(k) == DType::f16  ? static_cast<void*>(f16_[k].data() + at)
+                                                : static_cast<void*>(arrays_[k].data() + at);
     }
   }
 
@@ -190,18 +201,25 @@ class EngineState {
       const auto first = static_cast<std::size_t>(at + offset);
       Kokkos::deep_copy(HostFloats(to, n), Kokkos::subview(from, std::make_pair(first, first + n)));
     };
-    for (std::size_t k = 0; k < arrays_.size(); ++k) {
-      if (!narrow()) {
-        get(arrays_[k], e.state_offset, out[k]);
-      } else if (out[k] != nullptr && n > 0) {  // widened; zeros while not allocated
-        std::vector<bfloat16> narrow(n);
-        if (held(k)) {
-          const auto first = static_cast<std::size_t>(e.state_offset + offset);
-          Kokkos::deep_copy(HostNarrow(narrow.data(), n),
-                            Kokkos::subview(narrow_[k], std::make_pair(first, first + n)));
-        }
-        for (std::size_t j = 0; j < n; ++j) out[k][j] = to_float(narrow[j]);
+    // A 16-bit array's elements, widened (zeros while it is not allocated).
+    const auto get_narrow = [&](const auto& from, float* to) {
+      using T = typename std::decay_t<decltype(from)>::non_const_value_type;
+      if (to == nullptr || n == 0) return;
+      std::vector<T> narrow(n);
+      if (from.extent(0) > 0) {
+        const auto first = static_cast<std::size_t>(e.state_offset + offset);
+        Kokkos::deep_copy(HostView<T>(narrow.data(), n),
+                          Kokkos::subview(from, std::make_pair(first, first + n)));
       }
+      for (std::size_t j = 0; j < n; ++j) to[j] = to_float(narrow[j]);
+    };
+    for (std::size_t k = 0; k < arrays_.size(); ++k) {
+      if (dtype(k) == DType::bf16)
+        get_narrow(bf16_[k], out[k]);
+      else if (dtype(k) == DType::f16)
+        get_narrow(f16_[k], out[k]);
+      else
+        get(arrays_[k], e.state_offset, out[k]);
     }
     float* const master = out[kMaster];
     if (master == nullptr || n == 0 || e.param.dtype == DType::f32) return;
@@ -256,17 +274,24 @@ class EngineState {
       Kokkos::deep_copy(exec, Kokkos::subview(to, std::make_pair(first, first + n)),
                         ConstHostFloats(from, n));
     };
+    // A 16-bit array's elements, rounded to nearest even.
+    const auto put_narrow = [&](const auto& to, const float* from) {
+      using T = typename std::decay_t<decltype(to)>::non_const_value_type;
+      if (from == nullptr || to.extent(0) == 0 || n == 0) return;
+      std::vector<T> narrow(n);
+      for (std::size_t j = 0; j < n; ++j) narrow[j] = from_float<T>(from[j]);
+      const auto first = static_cast<std::size_t>(e.state_offset + offset);
+      Kokkos::deep_copy(exec, Kokkos::subview(to, std::make_pair(first, first + n)),
+                        HostView<const T>(narrow.data(), n));
+      fence(exec, label_ + "::write_state");  // `narrow` dies here
+    };
     for (std::size_t k = 0; k < arrays_.size(); ++k) {
-      if (!narrow()) {
+      if (dtype(k) == DType::bf16)
+        put_narrow(bf16_[k], in[k]);
+      else if (dtype(k) == DType::f16)
+        put_narrow(f16_[k], in[k]);
+      else
         put(arrays_[k], e.state_offset, in[k]);
-      } else if (in[k] != nullptr && held(k) && n > 0) {  // rounded to nearest even
-        std::vector<bfloat16> narrow(n);
-        for (std::size_t j = 0; j < n; ++j) narrow[j] = bfloat16::from_float(in[k][j]);
-        const auto first = static_cast<std::size_t>(e.state_offset + offset);
-        Kokkos::deep_copy(exec, Kokkos::subview(narrow_[k], std::make_pair(first, first + n)),
-                          ConstHostNarrow(narrow.data(), n));
-        fence(exec, label_ + "::write_state");  // `narrow` dies here
-      }
     }
     const std::int64_t m = master_at(e);
     if (m >= 0 && !remainders()) put(master_, m, in[kMaster]);
@@ -307,7 +332,8 @@ class EngineState {
   std::size_t bytes() const {
     std::size_t floats = master_.span(), halves = remainder_.span();
     for (const FloatView& a : arrays_) floats += a.span();
-    for (const NarrowView& a : narrow_) halves += a.span();
+    for (const Bf16View& a : bf16_) halves += a.span();
+    for (const F16View& a : f16_) halves += a.span();
     return sizeof(float) * floats + sizeof(std::uint16_t) * halves;
   }
 
@@ -320,21 +346,23 @@ class EngineState {
       Kokkos::View<std::uint16_t*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
   using ConstHostRemainders = Kokkos::View<const std::uint16_t*, Kokkos::HostSpace,
                                            Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
-  using HostNarrow =
-      Kokkos::View<bfloat16*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
-  using ConstHostNarrow =
-      Kokkos::View<const bfloat16*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+  template <class T>
+  using HostView = Kokkos::View<T*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
 
-  /// Elements of array k, in either form.
+  /// Elements of array k, in its form.
   std::int64_t length(std::size_t k) const {
-    return static_cast<std::int64_t>(narrow() ? narrow_[k].extent(0) : arrays_[k].extent(0));
+    return static_cast<std::int64_t>(dtype(k) == DType::bf16  ? bf16_[k].extent(0)
+                                     : dtype(k) == DType::f16 ? f16_[k].extent(0)
+                                                              : arrays_[k].extent(0));
   }
 
   std::string label_;
   Masters masters_;
   StateStorage storage_;
-  std::array<FloatView, Policy::num_arrays> arrays_;   ///< Policy::array_names (f32 state)
-  std::array<NarrowView, Policy::num_arrays> narrow_;  ///< or bf16 state
+  /// Policy::array_names, each in the view of its dtype (the others empty).
+  std::array<FloatView, Policy::num_arrays> arrays_;
+  std::array<Bf16View, Policy::num_arrays> bf16_;
+  std::array<F16View, Policy::num_arrays> f16_;
   FloatView master_;          ///< MasterStorage::f32
   RemainderView remainder_;   ///< MasterStorage::remainder
   LoadedTies ties_;  ///< see write()

@@ -341,23 +341,30 @@ typename FusedOptimizer<ExecSpace, Policy>::State FusedOptimizer<ExecSpace, Poli
     return std::make_pair(static_cast<std::size_t>(off), static_cast<std::size_t>(off + n));
   };
   State s;
-  for (std::size_t k = 0; k < Policy::num_arrays; ++k) {
-    if (!state_.held(k)) continue;
-    if (!state_.narrow()) {
-      s.arrays[k] = Kokkos::subview(state_.array(k), range(e.state_offset, e.param.numel));
-      continue;
-    }
-    const auto narrow =
-        Kokkos::subview(state_.narrow_array(k), range(e.state_offset, e.param.numel));
-    s.bf16_arrays[k] = narrow;
+  // A 16-bit array: the engine's own, and a copy widened.
+  const auto widened = [&](const auto& narrow) {
+    using T = typename std::decay_t<decltype(narrow)>::non_const_value_type;
     Impl::allocation_point();
     FloatView wide(Kokkos::view_alloc(Kokkos::WithoutInitializing, label_ + "::widened_state"),
                    static_cast<std::size_t>(e.param.numel));
     Kokkos::parallel_for(
         label_ + "::widened_state",
         Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>(exec_, 0, e.param.numel),
-        Impl::WidenSpanFunctor<bfloat16>{narrow.data(), wide.data()});
-    s.arrays[k] = wide;
+        Impl::WidenSpanFunctor<T>{narrow.data(), wide.data()});
+    return wide;
+  };
+  for (std::size_t k = 0; k < Policy::num_arrays; ++k) {
+    if (!state_.held(k)) continue;
+    const auto at = range(e.state_offset, e.param.numel);
+    if (state_.dtype(k) == DType::bf16) {
+      s.bf16_arrays[k] = Kokkos::subview(state_.bf16_array(k), at);
+      s.arrays[k] = widened(s.bf16_arrays[k]);
+    } else if (state_.dtype(k) == DType::f16) {
+      s.f16_arrays[k] = Kokkos::subview(state_.f16_array(k), at);
+      s.arrays[k] = widened(s.f16_arrays[k]);
+    } else {
+      s.arrays[k] = Kokkos::subview(state_.array(k), at);
+    }
   }
   if (e.master_offset >= 0) {
     if (registry_.sync_master(i) || !state_.master_copies())

@@ -27,19 +27,18 @@
 ///
 /// `update` takes the param (or its fp32 master) and the raw grad, updates the state
 /// elements it keeps (s0..s2, array k; the others are scratch), and returns the new param.
-/// Every state array is fp32, starts at zero and sits at the param's offset; a state whose
+/// Every state array is fp32 to the policy (stored in its StateStorage dtype, widened for the
+/// update and rounded back after it), starts at zero and sits at the param's offset; a state whose
 /// torch form starts elsewhere (Adagrad's initial accumulator, SGD's first momentum buffer)
 /// starts there through the scalars of step t = 1.
 
 #include <cstddef>
 #include <cstdint>
 #include <kopt/compat.hpp>
+#include <kopt/state_storage.hpp>  // max_state_arrays
 #include <kopt/storage_types.hpp>
 
 namespace kopt::Impl {
-
-/// The most state arrays a policy keeps per element (Adam with amsgrad: 3).
-inline constexpr std::size_t max_state_arrays = 3;
 
 /// sign(x) as torch's: -1, 0 or 1 (signed zeros give 0), NaN for NaN. Written without a
 /// branch or a select on x (a mask picks x itself for NaN, as finite_or does): with `?:` GCC

@@ -17,6 +17,7 @@
 #include <kopt/compat.hpp>
 #include <kopt/impl/f16_blocks.hpp>
 #include <kopt/impl/fault_injection.hpp>
+#include <kopt/impl/narrow_state.hpp>
 #include <kopt/impl/param_remainder.hpp>
 #include <kopt/impl/policy.hpp>
 #include <kopt/impl/stochastic_rounding.hpp>
@@ -36,8 +37,8 @@ struct UpdateSlot {
   const void* grad = nullptr;           ///< GradT*
   float* master = nullptr;              ///< fp32 master of a 16-bit param, else null
   std::uint16_t* remainder = nullptr;   ///< or its remainder (MasterStorage::remainder)
-  void* state[max_state_arrays] = {};   ///< the policy's arrays (float or bfloat16); null
-                                        ///< where not kept
+  void* state[max_state_arrays] = {};   ///< the policy's arrays (float, bfloat16 or
+                                        ///< float16: StateDTypes); null where not kept
   std::int32_t scalar_set = 0;          ///< row of the launch's step-scalar table
   std::uint64_t rounding_stream = 0;    ///< Rounding::stochastic: rounding_stream(seed, name)
   std::int64_t first_index = 0;         ///< element 0's index in the whole tensor
@@ -84,10 +85,19 @@ Kokkos::View<Chunk*, typename ExecSpace::memory_space> upload_chunks(
 struct RoundToNearest {};
 struct RoundStochastic {};
 
+/// State arrays neither all f32 nor all bf16: each array's element type (f32, bf16, f16) is
+/// read at run time from StateDTypes, the same for a whole launch. One compiled loop thus
+/// serves every combination of per-array dtypes; the host loop widens a block of each 16-bit
+/// array into fp32 scratch, runs the fp32 loop over it and rounds it back (narrow_state.hpp).
+/// All-bf16 arrays, the common narrow form, keep a loop that converts in registers: staged,
+/// it ran 0.91, 0.95 and 0.82 as fast with remainders, none and stochastic rounding (one
+/// core of the 2-core Xeon, in cache).
+struct NarrowState {};
+
 /// How the kernels find a param's state stored (kopt::StateStorage), as types: its master
 /// (Master: float, an fp32 copy; std::uint16_t, a remainder that with the bf16 param holds
 /// it exactly; RoundToNearest or RoundStochastic, none) and its state arrays' elements
-/// (State: float or bfloat16).
+/// (State: float, all f32; bfloat16, all bf16; NarrowState, any other mix).
 template <class Master, class State>
 struct Form {
   using MasterT = Master;
@@ -165,7 +175,7 @@ KOKKOS_FORCEINLINE_FUNCTION void store_state(StateT* s, std::int64_t i, float va
 
 /// One element of the fused update: widen, update (on the master for 16-bit params), round
 /// back once. s0..s2 are the policy's state arrays (only those variant V keeps are touched),
-/// widened and rounded back (to nearest even) when they are 16-bit.
+/// widened and rounded back (to nearest even) when they are bf16.
 template <class Policy, int V, class ParamT, class GradT, class F>
 KOKKOS_FORCEINLINE_FUNCTION void fused_element(std::int64_t i, ParamT* KOPT_RESTRICT param,
                                                const GradT* KOPT_RESTRICT grad,
@@ -194,13 +204,14 @@ KOKKOS_FORCEINLINE_FUNCTION void fused_element(std::int64_t i, ParamT* KOPT_REST
 inline constexpr std::int64_t update_prefetch_elements = 512;
 inline constexpr int update_prefetch_stride = 16;
 
-/// Prefetches element i + update_prefetch_elements of each array the update streams.
-template <class Policy, int V, class ParamT, class GradT, class MasterT, class StateT>
+/// Prefetches element i + update_prefetch_elements of each array the update streams (of the
+/// state arrays only with State: not when s0..s2 are narrow_host_loop's scratch).
+template <class Policy, int V, bool State, class ParamT, class GradT, class MasterT, class StateT>
 KOKKOS_FORCEINLINE_FUNCTION void prefetch_update(std::int64_t i, const ParamT* param,
                                                  const GradT* grad, const MasterT* master,
                                                  const StateT* s0, const StateT* s1,
                                                  const StateT* s2) {
-  constexpr unsigned kept = Policy::arrays_of(V);
+  constexpr unsigned kept = State ? Policy::arrays_of(V) : 0u;
   const std::int64_t a = i + update_prefetch_elements;
   prefetch_ahead(param, a);
   prefetch_ahead(grad, a);
@@ -216,7 +227,8 @@ KOKKOS_FORCEINLINE_FUNCTION void prefetch_update(std::int64_t i, const ParamT* p
 /// so GCC vectorizes it whatever it would otherwise be inlined into (inlined into the Serial
 /// backend's loop, GCC 12 gave up on it). Blocks of 16 elements, each after a prefetch of
 /// the lines 512 elements ahead; the block's loop vectorizes like the whole one did.
-template <class Policy, int V, class ParamT, class GradT, class F>
+/// PrefetchState: whether s0..s2 are streamed arrays (else scratch in L1).
+template <class Policy, int V, class ParamT, class GradT, class F, bool PrefetchState = true>
 KOPT_LOOP_FUNCTION void fused_host_loop(std::int64_t begin, std::int64_t end,
                                         ParamT* KOPT_RESTRICT param,
                                         const GradT* KOPT_RESTRICT grad,
@@ -237,7 +249,7 @@ KOPT_LOOP_FUNCTION void fused_host_loop(std::int64_t begin, std::int64_t end,
                 std::is_same_v<F, Fp32Form>) {
     static_assert(f16_block == update_prefetch_stride);
     for (; i + f16_block <= end; i += f16_block) {
-      prefetch_update<Policy, V>(i, param, grad, master, s0, s1, s2);
+      prefetch_update<Policy, V, PrefetchState>(i, param, grad, master, s0, s1, s2);
       float g[f16_block], p[f16_block];
       widen_block(grad + i, g);
       for (int k = 0; k < f16_block; ++k) {
@@ -263,12 +275,66 @@ KOPT_LOOP_FUNCTION void fused_host_loop(std::int64_t begin, std::int64_t end,
     // 1 thread, the 2-core EPYC). A 16-bit param's master is state enough: plain SGD bf16
     // went 0.82 -> 1.15 of its ceiling with them (2^26, 1 and 2 threads, 2-core Xeon).
     if constexpr (kept != 0 || !std::is_same_v<ParamT, float>)
-      prefetch_update<Policy, V>(i, param, grad, master, s0, s1, s2);
+      prefetch_update<Policy, V, PrefetchState>(i, param, grad, master, s0, s1, s2);
     for (int k = 0; k < update_prefetch_stride; ++k)
       fused_element<Policy, V, ParamT, GradT, F>(i + k, param, grad, master, s0, s1, s2, s, r);
   }
   for (; i < end; ++i)
     fused_element<Policy, V, ParamT, GradT, F>(i, param, grad, master, s0, s1, s2, s, r);
+}
+
+/// The host loop over one chunk with 16-bit state arrays (Form<M, NarrowState>): blocks of
+/// narrow_stage elements, each array's block widened into fp32 scratch (an f32 array is used
+/// in place), the fp32 form's loop run over it, the scratch rounded back. The update reads the
+/// same floats as the fp32 form would, so only the arrays' rounding differs.
+template <class Policy, int V, class ParamT, class GradT, class F>
+KOPT_LOOP_FUNCTION void narrow_host_loop(std::int64_t begin, std::int64_t end,
+                                         ParamT* KOPT_RESTRICT param,
+                                         const GradT* KOPT_RESTRICT grad,
+                                         typename F::MasterT* KOPT_RESTRICT master, void* s0,
+                                         void* s1, void* s2, const StateDTypes d,
+                                         const typename Policy::Scalars s,
+                                         const ChunkRounding r) {
+  using MasterT = typename F::MasterT;
+  using Wide = Form<MasterT, float>;
+  constexpr bool stored = std::is_same_v<MasterT, float> || std::is_same_v<MasterT, std::uint16_t>;
+  constexpr unsigned kept = Policy::arrays_of(V);
+  constexpr std::int64_t ahead = update_prefetch_elements;
+  float b0[narrow_stage], b1[narrow_stage], b2[narrow_stage];
+  for (std::int64_t i = begin; i < end; i += narrow_stage) {
+    const int n = static_cast<int>(end - i < narrow_stage ? end - i : narrow_stage);
+    float* t0 = (kept & 1u) ? stage_in(d.of[0], s0, i, n, b0, ahead) : b0;
+    float* t1 = (kept & 2u) ? stage_in(d.of[1], s1, i, n, b1, ahead) : b1;
+    float* t2 = (kept & 4u) ? stage_in(d.of[2], s2, i, n, b2, ahead) : b2;
+    MasterT* m = nullptr;
+    if constexpr (stored && !std::is_same_v<ParamT, float>) m = master + i;
+    fused_host_loop<Policy, V, ParamT, GradT, Wide, false>(0, n, param + i, grad + i, m, t0, t1,
+                                                           t2, s, ChunkRounding{r.key, r.first + i});
+    if constexpr ((kept & 1u) != 0) stage_out(d.of[0], s0, i, n, t0);
+    if constexpr ((kept & 2u) != 0) stage_out(d.of[1], s1, i, n, t1);
+    if constexpr ((kept & 4u) != 0) stage_out(d.of[2], s2, i, n, t2);
+  }
+}
+
+/// One element with 16-bit state arrays (device teams): each kept array's element widened,
+/// updated, and rounded back.
+template <class Policy, int V, class ParamT, class GradT, class F>
+KOKKOS_FORCEINLINE_FUNCTION void narrow_element(std::int64_t i, ParamT* KOPT_RESTRICT param,
+                                                const GradT* KOPT_RESTRICT grad,
+                                                typename F::MasterT* KOPT_RESTRICT master,
+                                                void* s0, void* s1, void* s2,
+                                                const StateDTypes& d,
+                                                const typename Policy::Scalars& s,
+                                                const ChunkRounding& r) {
+  constexpr unsigned kept = Policy::arrays_of(V);
+  float a0 = (kept & 1u) ? d.load(0, s0, i) : 0.0f;
+  float a1 = (kept & 2u) ? d.load(1, s1, i) : 0.0f;
+  float a2 = (kept & 4u) ? d.load(2, s2, i) : 0.0f;
+  update_param<Policy, V, ParamT, GradT, Form<typename F::MasterT, float>>(i, param, grad, master,
+                                                                          a0, a1, a2, s, r);
+  if constexpr ((kept & 1u) != 0) d.store(0, s0, i, a0);
+  if constexpr ((kept & 2u) != 0) d.store(1, s1, i, a1);
+  if constexpr ((kept & 4u) != 0) d.store(2, s2, i, a2);
 }
 
 /// The fused update of every chunk in `chunks_`; the policy's variant V, ParamT/GradT and the
@@ -284,15 +350,25 @@ struct FusedUpdateFunctor {
   Kokkos::View<const Chunk*, memory_space> chunks_;
   /// The step each row of scalars_ makes (1 for the first): Rounding::stochastic's key.
   Kokkos::View<const std::int64_t*, memory_space> steps_;
+  /// The state arrays' element types (NarrowState; all f32 otherwise).
+  StateDTypes dtypes_{};
+
+  static constexpr bool narrow = std::is_same_v<StateT, NarrowState>;
 
   /// Host: one chunk per iteration.
   KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t c) const {
     const Chunk chunk = chunks_(c);
     const UpdateSlot& slot = slots_(chunk.slot);
-    fused_host_loop<Policy, V, ParamT, GradT, F>(
-        chunk.begin, chunk.end, static_cast<ParamT*>(slot.param),
-        static_cast<const GradT*>(slot.grad), master_of(slot), state_of(slot, 0),
-        state_of(slot, 1), state_of(slot, 2), scalars_(slot.scalar_set), rounding_of(slot));
+    auto* param = static_cast<ParamT*>(slot.param);
+    const auto* grad = static_cast<const GradT*>(slot.grad);
+    if constexpr (narrow)
+      narrow_host_loop<Policy, V, ParamT, GradT, F>(
+          chunk.begin, chunk.end, param, grad, master_of(slot), slot.state[0], slot.state[1],
+          slot.state[2], dtypes_, scalars_(slot.scalar_set), rounding_of(slot));
+    else
+      fused_host_loop<Policy, V, ParamT, GradT, F>(
+          chunk.begin, chunk.end, param, grad, master_of(slot), state_of(slot, 0),
+          state_of(slot, 1), state_of(slot, 2), scalars_(slot.scalar_set), rounding_of(slot));
   }
 
   /// Device: one team per chunk, its threads striding through it (coalesced).
@@ -302,10 +378,18 @@ struct FusedUpdateFunctor {
     const UpdateSlot& slot = slots_(chunk.slot);
     const Scalars s = scalars_(slot.scalar_set);
     const ChunkRounding r = rounding_of(slot);
-    for (std::int64_t i = chunk.begin + team.team_rank(); i < chunk.end; i += team.team_size())
-      fused_element<Policy, V, ParamT, GradT, F>(
-          i, static_cast<ParamT*>(slot.param), static_cast<const GradT*>(slot.grad),
-          master_of(slot), state_of(slot, 0), state_of(slot, 1), state_of(slot, 2), s, r);
+    auto* param = static_cast<ParamT*>(slot.param);
+    const auto* grad = static_cast<const GradT*>(slot.grad);
+    for (std::int64_t i = chunk.begin + team.team_rank(); i < chunk.end; i += team.team_size()) {
+      if constexpr (narrow)
+        narrow_element<Policy, V, ParamT, GradT, F>(i, param, grad, master_of(slot),
+                                                    slot.state[0], slot.state[1], slot.state[2],
+                                                    dtypes_, s, r);
+      else
+        fused_element<Policy, V, ParamT, GradT, F>(i, param, grad, master_of(slot),
+                                                   state_of(slot, 0), state_of(slot, 1),
+                                                   state_of(slot, 2), s, r);
+    }
   }
 
   KOKKOS_FORCEINLINE_FUNCTION ChunkRounding rounding_of(const UpdateSlot& slot) const {
@@ -316,8 +400,10 @@ struct FusedUpdateFunctor {
       return ChunkRounding{};
   }
 
-  KOKKOS_FORCEINLINE_FUNCTION static StateT* state_of(const UpdateSlot& slot, int k) {
-    return static_cast<StateT*>(slot.state[k]);
+  /// Array k as the compiled form's element type (float or bfloat16; not NarrowState).
+  KOKKOS_FORCEINLINE_FUNCTION static auto* state_of(const UpdateSlot& slot, int k) {
+    using T = std::conditional_t<narrow, float, StateT>;
+    return static_cast<T*>(slot.state[k]);
   }
 
   KOKKOS_FORCEINLINE_FUNCTION static MasterT* master_of(const UpdateSlot& slot) {
@@ -462,14 +548,17 @@ void visit_variant(int variant, F&& f) {
   }
 }
 
-/// Calls f(Form<M, S>{}) for the form of `storage` over a param of type ParamT: S of
-/// storage.arrays, M of storage.master (an f32 param is its own master whatever it says;
-/// remainders and stochastic rounding are of bf16 params, which the engines check).
+/// Calls f(Form<M, S>{}) for the form of `storage` over a param of type ParamT: S float when
+/// every state array is f32, bfloat16 when every one is bf16, else NarrowState; M of
+/// storage.master (an f32 param is its own master whatever it says; remainders and stochastic
+/// rounding are of bf16 params, which the engines check).
 template <class ParamT, class Fn>
 void visit_form(const StateStorage& storage, Fn&& f) {
   const auto with_master = [&](auto master) {
     using M = decltype(master);
-    return storage.arrays == DType::bf16 ? f(Form<M, bfloat16>{}) : f(Form<M, float>{});
+    if (storage.wide()) return f(Form<M, float>{});
+    if (storage.all(DType::bf16)) return f(Form<M, bfloat16>{});
+    return f(Form<M, NarrowState>{});
   };
   if constexpr (!std::is_same_v<ParamT, float>) {
     if (storage.master == MasterStorage::none && storage.rounding == Rounding::nearest)
@@ -505,7 +594,8 @@ void launch_update(
         visit_form<P>(storage, [&](auto form) {
           launch_chunks(exec, label, n,
                         FusedUpdateFunctor<ExecSpace, Policy, decltype(v)::value, P, G,
-                                           decltype(form)>{slots, scalars, chunks, steps});
+                                           decltype(form)>{slots, scalars, chunks, steps,
+                                                           StateDTypes::from(storage)});
         });
       });
     });

@@ -1,0 +1,105 @@
+#pragma once
+/// \file
+/// State arrays stored in 16 bits (kopt::StateStorage's per-array dtypes: f32, bf16, f16),
+/// as the update kernel reads and writes them. The dtype of each array is a run-time value,
+/// the same for a whole launch: compiling one loop per combination of three arrays' dtypes
+/// would multiply the kernels by up to 27, while a branch on a launch-wide value costs
+/// nothing measurable (the host widens a block of 256 elements per branch; a device warp
+/// takes the same branch on every thread).
+
+#include <Kokkos_Core.hpp>
+#include <cstdint>
+#include <kopt/compat.hpp>
+#include <kopt/dtype.hpp>
+#include <kopt/impl/f16_blocks.hpp>
+#include <kopt/state_storage.hpp>
+#include <kopt/storage_types.hpp>
+
+namespace kopt::Impl {
+
+/// The element type of each of a launch's state arrays (StateStorage::dtype_of).
+struct StateDTypes {
+  DType of[max_state_arrays] = {DType::f32, DType::f32, DType::f32};
+
+  static StateDTypes from(const StateStorage& storage) {
+    StateDTypes d;
+    for (std::size_t k = 0; k < max_state_arrays; ++k) d.of[k] = storage.dtype_of(k);
+    return d;
+  }
+
+  /// Element i of array k (at `s`), widened.
+  KOKKOS_FORCEINLINE_FUNCTION float load(int k, const void* s, std::int64_t i) const {
+    switch (of[k]) {
+      case DType::bf16:
+        return to_float(static_cast<const bfloat16*>(s)[i]);
+      case DType::f16:
+        return to_float(static_cast<const float16*>(s)[i]);
+      default:
+        return static_cast<const float*>(s)[i];
+    }
+  }
+  /// Element i of array k (at `s`) = v, rounded to nearest even.
+  KOKKOS_FORCEINLINE_FUNCTION void store(int k, void* s, std::int64_t i, float v) const {
+    switch (of[k]) {
+      case DType::bf16:
+        static_cast<bfloat16*>(s)[i] = bfloat16::from_float(v);
+        return;
+      case DType::f16:
+        static_cast<float16*>(s)[i] = float16::from_float(v);
+        return;
+      default:
+        static_cast<float*>(s)[i] = v;
+    }
+  }
+};
+
+/// Elements per block of the host loop over 16-bit state: three arrays' fp32 scratch (3 KiB)
+/// stays in L1. A multiple of f16_block, and of 64 bytes of every dtype.
+inline constexpr int narrow_stage = 256;
+
+/// out[j] = in[j] widened, j < n (n <= narrow_stage): its own function with restrict
+/// pointers, so the loop vectorizes.
+template <class T>
+KOPT_LOOP_FUNCTION void widen_run(const T* KOPT_RESTRICT in, float* KOPT_RESTRICT out, int n) {
+  int j = 0;
+  if constexpr (std::is_same_v<T, float16>)  // the CPU's conversions, where it has them
+    for (; j + f16_block <= n; j += f16_block) widen_block(in + j, out + j);
+  for (; j < n; ++j) out[j] = to_float(in[j]);
+}
+
+/// out[j] = in[j] rounded to nearest even, j < n.
+template <class T>
+KOPT_LOOP_FUNCTION void round_run(const float* KOPT_RESTRICT in, T* KOPT_RESTRICT out, int n) {
+  int j = 0;
+  if constexpr (std::is_same_v<T, float16>)
+    for (; j + f16_block <= n; j += f16_block) round_block(in + j, out + j);
+  for (; j < n; ++j) out[j] = from_float<T>(in[j]);
+}
+
+/// Elements [i, i + n) of array `s` of `dtype` as fp32: the array itself when it is f32,
+/// else `scratch` with them widened. Also asks the cache for the block `ahead` elements on.
+KOKKOS_INLINE_FUNCTION float* stage_in(DType dtype, void* s, std::int64_t i, int n, float* scratch,
+                                       std::int64_t ahead) {
+  const std::int64_t width = dtype == DType::f32 ? 4 : 2;
+  for (std::int64_t b = (i + ahead) * width; b < (i + ahead + n) * width; b += 64)
+    prefetch_ahead(static_cast<const char*>(s), b);
+  switch (dtype) {
+    case DType::bf16:
+      widen_run(static_cast<const bfloat16*>(s) + i, scratch, n);
+      return scratch;
+    case DType::f16:
+      widen_run(static_cast<const float16*>(s) + i, scratch, n);
+      return scratch;
+    default:
+      return static_cast<float*>(s) + i;
+  }
+}
+
+/// Writes `scratch` (stage_in's) back into elements [i, i + n) of a 16-bit array.
+KOKKOS_INLINE_FUNCTION void stage_out(DType dtype, void* s, std::int64_t i, int n,
+                                      const float* scratch) {
+  if (dtype == DType::bf16) round_run(scratch, static_cast<bfloat16*>(s) + i, n);
+  if (dtype == DType::f16) round_run(scratch, static_cast<float16*>(s) + i, n);
+}
+
+}  // namespace kopt::Impl
