@@ -85,7 +85,7 @@ void bm_update(benchmark::State& state) {
 // beside bf16 arrays (14 B).
 template <class S>
 constexpr kopt::DType state_dtype() {
-  return std::is_same_v<S, float> ? kopt::DType::f32
+  return std::is_same_v<S, float>            ? kopt::DType::f32
          : std::is_same_v<S, kopt::bfloat16> ? kopt::DType::bf16
                                              : kopt::DType::f16;
 }
@@ -107,7 +107,7 @@ void bm_update_storage(benchmark::State& state) {
                              .seed = stochastic ? 1u : 0u};
   storage.array_dtypes[0] = state_dtype<S0>();
   kopt::FusedOptimizer<ExecSpace, kopt::Impl::AdamPolicy> opt(exec, kopt::AdamConfig{},
-                                                               "kopt::perf", storage);
+                                                              "kopt::perf", storage);
   opt.add("w", kopt::Tensor(param), kopt::Tensor(grad));
   opt.step();  // allocates and first-touches the state, in parallel like every step
   const auto s = opt.state("w");
@@ -166,8 +166,8 @@ void register_update_benchmarks() {
         bm_update_storage<S, MasterStorage::remainder, bfloat16, float>, sizes);
     add("adamw_bf16_remainder_f16_state" + on,
         bm_update_storage<S, MasterStorage::remainder, float16>, sizes);
-    add("adamw_bf16_no_master_bf16_state" + on,
-        bm_update_storage<S, MasterStorage::none, bfloat16>, sizes);
+    add("adamw_bf16_no_master_bf16_state" + on, bm_update_storage<S, MasterStorage::none, bfloat16>,
+        sizes);
     add("adamw_bf16_stochastic_bf16_state" + on,
         bm_update_storage<S, MasterStorage::none, bfloat16, bfloat16, kopt::Rounding::stochastic>,
         sizes);

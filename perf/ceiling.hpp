@@ -38,8 +38,8 @@ KOKKOS_FORCEINLINE_FUNCTION void add_to(StateT& x, float gi) {
     x = StateT{static_cast<std::uint16_t>(kopt::Impl::float_bits(raw_value(x) + gi) >> 16)};
 }
 
-template <class ParamT, class GradT, unsigned Arrays, class MasterT = float,
-          class StateT = float, class State1T = StateT>
+template <class ParamT, class GradT, unsigned Arrays, class MasterT = float, class StateT = float,
+          class State1T = StateT>
 KOKKOS_FORCEINLINE_FUNCTION void update_pattern(std::int64_t i, ParamT* KOPT_RESTRICT p,
                                                 const GradT* KOPT_RESTRICT g,
                                                 MasterT* KOPT_RESTRICT w, StateT* KOPT_RESTRICT s0,
@@ -92,8 +92,8 @@ KOPT_LOOP_FUNCTION void update_pattern_loop(std::int64_t begin, std::int64_t end
       if constexpr ((Arrays & 2u) != 0) prefetch_ahead(s1, a);
       if constexpr ((Arrays & 4u) != 0) prefetch_ahead(s2, a);
       for (int k = 0; k < block; ++k)
-        update_pattern<ParamT, GradT, Arrays, MasterT, StateT, State1T>(i + k, p, g, w, s0, s1,
-                                                                        s2, c);
+        update_pattern<ParamT, GradT, Arrays, MasterT, StateT, State1T>(i + k, p, g, w, s0, s1, s2,
+                                                                        c);
     }
   }
   for (; i < end; ++i)
@@ -113,8 +113,8 @@ struct UpdatePattern {
   float c = 0.0f;
   bool prefetch = false;  // the host loop's form (update_pattern_loop)
   KOKKOS_INLINE_FUNCTION void element(std::int64_t i) const {
-    update_pattern<ParamT, GradT, Arrays, MasterT, StateT, State1T>(i, param, grad, master, s0,
-                                                                    s1, s2, c);
+    update_pattern<ParamT, GradT, Arrays, MasterT, StateT, State1T>(i, param, grad, master, s0, s1,
+                                                                    s2, c);
   }
   KOKKOS_INLINE_FUNCTION void range(std::int64_t begin, std::int64_t end) const {
     if (prefetch)

@@ -1,9 +1,9 @@
 #include <algorithm>
-#include <string>
-#include <variant>
 #include <kopt/error.hpp>
 #include <kopt/impl/param_registry.hpp>
 #include <kopt/param_group.hpp>
+#include <string>
+#include <variant>
 
 namespace kopt {
 
@@ -46,9 +46,10 @@ void ParamGroup::set_algorithm(const AlgorithmConfig& config) {
   const bool per_array = std::any_of(storage_.array_dtypes.begin(), storage_.array_dtypes.end(),
                                      [](const auto& d) { return d.has_value(); });
   KOPT_THROW_IF(per_array && config.index() != config_.index(),
-                "ParamGroup::set_algorithm(" << algorithm_name(config) << "): the group has "
-                << "per-array state dtypes for " << algorithm_name(config_)
-                << "'s arrays; set_state_dtype(dtype) first, which clears them");
+                "ParamGroup::set_algorithm("
+                    << algorithm_name(config) << "): the group has "
+                    << "per-array state dtypes for " << algorithm_name(config_)
+                    << "'s arrays; set_state_dtype(dtype) first, which clears them");
   config_ = config;
 }
 
@@ -58,8 +59,8 @@ void validate(const StateStorage& storage) {
   KOPT_THROW_IF(std::string(name_of(storage.rounding)) == "invalid",
                 "StateStorage.rounding: invalid Rounding " << static_cast<int>(storage.rounding));
   KOPT_THROW_IF(storage.rounding != Rounding::nearest && storage.master != MasterStorage::none,
-                "StateStorage.rounding = " << name_of(storage.rounding) << " with master = "
-                                           << name_of(storage.master)
+                "StateStorage.rounding = " << name_of(storage.rounding)
+                                           << " with master = " << name_of(storage.master)
                                            << ": only a group without masters (MasterStorage::"
                                            << "none) rounds its updates into the params");
   KOPT_THROW_IF(storage.seed != 0 && storage.rounding != Rounding::stochastic,
@@ -86,9 +87,10 @@ ParamGroup& ParamGroup::set_master(MasterStorage master) {
   s.seed = 0;
   validate(s);
   KOPT_THROW_IF(master != MasterStorage::f32 && placement_ == StatePlacement::host,
-                "ParamGroup::set_master(" << name_of(master) << "): a group with "
-                << "StatePlacement::host keeps its masters apart from the params (their host "
-                << "copy); use MasterStorage::f32 there");
+                "ParamGroup::set_master("
+                    << name_of(master) << "): a group with "
+                    << "StatePlacement::host keeps its masters apart from the params (their host "
+                    << "copy); use MasterStorage::f32 there");
   storage_ = s;
   return *this;
 }
@@ -124,12 +126,15 @@ ParamGroup& ParamGroup::set_state_dtype(const std::string& array, DType dtype) {
       std::visit([](const auto& c) { return c.state_array_names.size(); }, config_);
   if (k == count) {
     std::string known;
-    std::visit([&](const auto& c) {
-      for (const char* n : c.state_array_names) known += (known.empty() ? "" : ", ") + std::string(n);
-    }, config_);
-    KOPT_THROW_IF(true, "ParamGroup::set_state_dtype('" << array << "', " << name_of(dtype) << "): "
-               << algorithm_name(config_) << " has no state array of that name (its arrays: "
-               << known << ")");
+    std::visit(
+        [&](const auto& c) {
+          for (const char* n : c.state_array_names)
+            known += (known.empty() ? "" : ", ") + std::string(n);
+        },
+        config_);
+    KOPT_THROW_IF(true, "ParamGroup::set_state_dtype('"
+                            << array << "', " << name_of(dtype) << "): " << algorithm_name(config_)
+                            << " has no state array of that name (its arrays: " << known << ")");
   }
   StateStorage s = storage_;
   s.array_dtypes[k] = dtype;

@@ -78,9 +78,8 @@ TYPED_TEST(StateDtypes, StagedLoopStepsEveryElementLikeThePlainLoop) {
   for (const kopt::StateStorage form :
        {kopt::StateStorage{}, kopt::StateStorage{.master = MasterStorage::remainder},
         kopt::StateStorage{.master = MasterStorage::none},
-        kopt::StateStorage{.master = MasterStorage::none,
-                           .rounding = kopt::Rounding::stochastic,
-                           .seed = 5}}) {
+        kopt::StateStorage{
+            .master = MasterStorage::none, .rounding = kopt::Rounding::stochastic, .seed = 5}}) {
     SCOPED_TRACE(kopt::name_of(form.master));
     kopt::StateStorage staged = form;
     staged.arrays = DType::f16;
