@@ -104,9 +104,12 @@ void HybridOptimizer::save(const std::string& path) {
         const auto arrays =
             static_cast<std::uint8_t>(held_arrays_[g] | Impl::arrays_of(groups_[g].algorithm()));
         const bool has_master = p.param.dtype != DType::f32;
-        index.params.push_back(Impl::IndexParam{p.name, static_cast<std::uint32_t>(g),
-                                                p.param.dtype, global_numel(p.param),
-                                                step_count(p.name), arrays, has_master});
+        Impl::IndexParam q{p.name,           static_cast<std::uint32_t>(g),
+                           p.param.dtype,    global_numel(p.param),
+                           step_count(p.name), arrays, has_master};
+        for (std::size_t k = 0; k < q.array_dtypes.size(); ++k)  // as the group stores them
+          q.array_dtypes[k] = groups_[g].storage().dtype_of(k);
+        index.params.push_back(q);
         if (at.engine == kNone) continue;
         const Tensor piece = shards_->local_param(at.ordinal);
         Impl::IndexBlock block{static_cast<std::uint32_t>(index.params.size() - 1),
@@ -115,7 +118,7 @@ void HybridOptimizer::save(const std::string& path) {
         // the amsgrad max switched on since the last step, reads as the zeros it would
         // start from; one switched off since keeps its values, and they are saved).
         writer.append(*engines_[at.engine], p.name, piece.numel,
-                      Impl::block_arrays(arrays, has_master), block);
+                      Impl::block_arrays(arrays, has_master), q.array_dtypes, block);
         blocks.push_back(block);
       }
     writer.commit();

@@ -79,8 +79,7 @@ void check_block_fields(const Index& index, const std::string& file) {
     KOPT_THROW_IF_AS(
         CheckpointError, b.rank >= index.world_size,
         who << " of '" << p.name << "': rank " << b.rank << " in a world of " << index.world_size);
-    const std::uint64_t per_element =
-        4u * (static_cast<unsigned>(std::popcount(unsigned{p.arrays})) + p.has_master);
+    const std::uint64_t per_element = p.bytes_per_element();
     const auto length = static_cast<std::uint64_t>(b.length);
     KOPT_THROW_IF_AS(
         CheckpointError,

@@ -193,7 +193,9 @@ std::vector<IndexBlock> parse_blocks(const unsigned char* data, std::size_t byte
   return out;
 }
 
-std::vector<unsigned char> serialize_index(const Index& index) {
+std::vector<unsigned char> serialize_index(const Index& index, std::uint32_t version) {
+  KOPT_THROW_IF_AS(CheckpointError, version < 2 || version > kCheckpointVersion,
+                   "kopt: cannot write checkpoint format version " << version);
   Writer body;
   body.put(index.generation);
   body.put(index.world_size);
@@ -211,12 +213,19 @@ std::vector<unsigned char> serialize_index(const Index& index) {
     body.put(p.step);
     body.put(p.arrays);
     body.put(static_cast<std::uint8_t>(p.has_master));
+    for (const DType d : p.array_dtypes) {  // since 3; before, every array is f32
+      KOPT_THROW_IF_AS(CheckpointError, version < 3 && d != DType::f32,
+                       "kopt: format version " << version << " holds fp32 state only; param '"
+                                               << p.name << "' stores an array of dtype code "
+                                               << static_cast<int>(d));
+      if (version >= 3) body.put(static_cast<std::uint8_t>(d));
+    }
   }
   const std::vector<unsigned char> blocks = serialize_blocks(index.blocks);
   body.out.insert(body.out.end(), blocks.begin(), blocks.end());
   Writer head;
   for (const char c : kIndexMagic) head.put(static_cast<std::uint8_t>(c));
-  head.put(kCheckpointVersion);
+  head.put(version);
   head.put(std::uint32_t{0});  // flags
   head.put(static_cast<std::uint64_t>(body.out.size()));
   head.put(crc32c(body.out.data(), body.out.size()));
@@ -260,7 +269,8 @@ Index parse_index(const std::vector<unsigned char>& bytes, const std::string& fi
   r.need_records(groups, fewest_config_bytes(version), "groups");
   for (std::uint32_t g = 0; g < groups; ++g) index.groups.push_back(get_config(r, g, version));
   const auto params = r.get<std::uint32_t>();
-  r.need_records(params, 28, "params");  // the fewest bytes of a param (a 1-character name)
+  // The fewest bytes of a param (a 1-character name; 3 more for its array dtypes since 3).
+  r.need_records(params, version >= 3 ? 31 : 28, "params");
   for (std::uint32_t p = 0; p < params; ++p) {
     IndexParam q;
     q.name = r.get_string();
@@ -276,6 +286,13 @@ Index parse_index(const std::vector<unsigned char>& bytes, const std::string& fi
     KOPT_THROW_IF_AS(CheckpointError, dtype > static_cast<std::uint8_t>(DType::f16),
                      file << ": param '" << q.name << "' has dtype code " << int{dtype});
     q.dtype = static_cast<DType>(dtype);
+    for (std::size_t k = 0; version >= 3 && k < q.array_dtypes.size(); ++k) {
+      const auto d = r.get<std::uint8_t>();
+      KOPT_THROW_IF_AS(CheckpointError, d > static_cast<std::uint8_t>(DType::f16),
+                       file << ": param '" << q.name << "' stores state array " << k
+                            << " with dtype code " << int{d});
+      q.array_dtypes[k] = static_cast<DType>(d);
+    }
     index.params.push_back(std::move(q));
   }
   const auto blocks = r.get<std::uint64_t>();
@@ -312,28 +329,11 @@ void check_data_header(const unsigned char* data, std::size_t bytes, std::uint64
       file << ": not the data file of this checkpoint (bad header)");
 }
 
-void read_floats(const unsigned char* in, float* values, std::size_t n) {
-  if constexpr (std::endian::native == std::endian::little) {
-    if (n > 0) std::memcpy(values, in, 4 * n);
-  } else {
-    for (std::size_t i = 0; i < n; ++i) {
-      std::uint32_t b = 0;
-      for (int k = 0; k < 4; ++k) b |= std::uint32_t{in[4 * i + k]} << (8 * k);
-      std::memcpy(values + i, &b, 4);
-    }
-  }
-}
-
-void to_little_endian(float* values, std::size_t n) {
-  if constexpr (std::endian::native != std::endian::little) {
-    for (std::size_t i = 0; i < n; ++i) {
-      std::uint32_t b;
-      std::memcpy(&b, values + i, 4);
-      unsigned char le[4];
-      for (int k = 0; k < 4; ++k) le[k] = static_cast<unsigned char>(b >> (8 * k));
-      std::memcpy(values + i, le, 4);
-    }
-  }
+std::uint64_t IndexParam::bytes_per_element() const {
+  std::uint64_t bytes = has_master ? 4 : 0;
+  for (std::size_t k = 0; k < array_dtypes.size(); ++k)
+    if ((arrays >> k & 1u) != 0) bytes += stored_width(array_dtypes[k]);
+  return bytes;
 }
 
 }  // namespace kopt::Impl

@@ -6,12 +6,43 @@
 #include <filesystem>
 #include <kopt/error.hpp>
 #include <kopt/impl/checkpoint_stream.hpp>
+#include <kopt/storage_types.hpp>
 
 namespace kopt::Impl {
 
 namespace {
 constexpr std::int64_t kFullSpan = kCheckpointIoBytes / sizeof(float);
 std::atomic<std::int64_t> span_floats{kFullSpan};
+
+/// The dtype block array a is stored in: the algorithm's arrays at their dtypes, the master
+/// (a = kMaster) in f32.
+DType stored_dtype(const std::array<DType, max_state_arrays>& dtypes, std::size_t a) {
+  return a < dtypes.size() ? dtypes[a] : DType::f32;
+}
+
+/// The little-endian bytes of element x: a float's 32 bits, or a 16-bit dtype's (the value
+/// rounded to nearest even: exact for what a 16-bit array held).
+void encode(DType dtype, const float* values, std::size_t n, unsigned char* out) {
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::uint32_t bits = dtype == DType::bf16  ? bfloat16::from_float(values[i]).bits
+                               : dtype == DType::f16 ? float16::from_float(values[i]).bits
+                                                     : float_bits(values[i]);
+    for (std::uint64_t k = 0; k < stored_width(dtype); ++k)
+      out[stored_width(dtype) * i + k] = static_cast<unsigned char>(bits >> (8 * k));
+  }
+}
+
+/// n stored elements widened to floats.
+void decode(DType dtype, const unsigned char* in, std::size_t n, float* values) {
+  const std::uint64_t width = stored_width(dtype);
+  for (std::size_t i = 0; i < n; ++i) {
+    std::uint32_t bits = 0;
+    for (std::uint64_t k = 0; k < width; ++k) bits |= std::uint32_t{in[width * i + k]} << (8 * k);
+    values[i] = dtype == DType::bf16  ? bfloat16{static_cast<std::uint16_t>(bits)}.to_float()
+                : dtype == DType::f16 ? float16{static_cast<std::uint16_t>(bits)}.to_float()
+                                      : bits_float(bits);
+  }
+}
 }  // namespace
 
 void set_checkpoint_span_floats(std::int64_t n) {
@@ -29,7 +60,8 @@ StateWriter::StateWriter(const std::string& path, std::uint64_t generation, std:
 }
 
 void StateWriter::append(Engine& engine, const std::string& name, std::int64_t numel,
-                         const std::array<bool, 4>& arrays, IndexBlock& block) {
+                         const std::array<bool, 4>& arrays,
+                         const std::array<DType, max_state_arrays>& dtypes, IndexBlock& block) {
   block.file_offset = file_.size();
   const std::int64_t per_span = span_floats;
   std::uint32_t crc = 0;
@@ -42,9 +74,12 @@ void StateWriter::append(Engine& engine, const std::string& name, std::int64_t n
       StateSpan<float> span{at, count, {}};
       span.arrays[a] = span_.data();
       engine.read_state(name, span);
-      to_little_endian(span_.data(), n);
-      crc = crc32c(span_.data(), 4 * n, crc);
-      file_.write(span_.data(), 4 * n);
+      const DType dtype = stored_dtype(dtypes, a);
+      const std::size_t bytes = stored_width(dtype) * n;
+      if (bytes_.size() < bytes) bytes_.resize(bytes);
+      encode(dtype, span_.data(), n, bytes_.data());
+      crc = crc32c(bytes_.data(), bytes, crc);
+      file_.write(bytes_.data(), bytes);
     }
   }
   block.bytes = file_.size() - block.file_offset;
@@ -129,21 +164,26 @@ void StateReader::apply(std::uint32_t param, std::int64_t offset, std::int64_t n
     const std::int64_t lo = std::max(offset, b.global_offset);
     const std::int64_t hi = std::min(offset + n, b.global_offset + b.length);
     if (lo >= hi) continue;
-    // Array after array within the block, each b.length floats; ours start at lo.
-    std::uint64_t array_at = b.file_offset + 4 * static_cast<std::uint64_t>(lo - b.global_offset);
+    // Array after array within the block, each b.length elements of its dtype; ours start
+    // at lo. Widened here; the engine rounds them to its own dtypes.
+    std::uint64_t array_start = b.file_offset;
     for (std::size_t a = 0; a < arrays.size(); ++a) {
       if (!arrays[a]) continue;
+      const std::uint64_t width = stored_width(stored_dtype(p.array_dtypes, a));
+      const std::uint64_t array_at =
+          array_start + width * static_cast<std::uint64_t>(lo - b.global_offset);
       for (std::int64_t at = lo; at < hi; at += per_span) {
         const std::int64_t count = std::min(per_span, hi - at);
         const auto m = static_cast<std::size_t>(count);
         if (span_.size() < m) span_.resize(m);
-        read_floats(view_(b.rank, array_at + 4 * static_cast<std::uint64_t>(at - lo), 4 * m),
-                    span_.data(), m);
+        decode(stored_dtype(p.array_dtypes, a),
+               view_(b.rank, array_at + width * static_cast<std::uint64_t>(at - lo), width * m), m,
+               span_.data());
         StateSpan<const float> span{at - offset, count, {}};
         span.arrays[a] = span_.data();
         engine.write_state(name, span);
       }
-      array_at += 4 * static_cast<std::uint64_t>(b.length);
+      array_start += width * static_cast<std::uint64_t>(b.length);
     }
   }
   engine.commit_state(name, p.step);

@@ -8,6 +8,7 @@
 
 #include "checkpoint_model.hpp"  // TempDir
 #include "hybrid_world.hpp"      // ParamDef, Buffer, mixed_defs
+#include "test_support.hpp"     // bits_of
 
 namespace kopt_test {
 
@@ -117,17 +118,34 @@ inline std::map<std::string, SavedParam> saved_params(const std::string& dir) {
     s.step = q.step;
     s.arrays = q.arrays;
     s.has_master = q.has_master;
-    const std::size_t kept = static_cast<std::size_t>(std::popcount(s.arrays)) + s.has_master;
-    s.values.assign(kept, std::vector<std::uint32_t>(static_cast<std::size_t>(q.global_numel)));
+    // The dtype of each value array the blocks hold, in order (the master's f32).
+    std::vector<kopt::DType> dtypes;
+    for (std::size_t k = 0; k < q.array_dtypes.size(); ++k)
+      if ((q.arrays >> k & 1u) != 0) dtypes.push_back(q.array_dtypes[k]);
+    if (q.has_master) dtypes.push_back(kopt::DType::f32);
+    s.values.assign(dtypes.size(),
+                    std::vector<std::uint32_t>(static_cast<std::size_t>(q.global_numel)));
     for (std::size_t b = index.first_block[p]; b < index.first_block[p + 1]; ++b) {
       const I::IndexBlock& blk = index.blocks[b];
       const auto bytes = I::read_file_range(
           dir + "/" + I::data_file_name(index.generation, blk.rank), blk.file_offset, blk.bytes);
       const auto len = static_cast<std::size_t>(blk.length);
-      EXPECT_EQ(bytes.size(), kept * len * 4) << q.name;
-      if (bytes.size() != kept * len * 4 || len == 0) continue;  // (memcpy takes no null)
-      for (std::size_t k = 0; k < kept; ++k)
-        std::memcpy(s.values[k].data() + blk.global_offset, bytes.data() + k * len * 4, len * 4);
+      EXPECT_EQ(bytes.size(), q.bytes_per_element() * len) << q.name;
+      if (bytes.size() != q.bytes_per_element() * len) continue;
+      std::size_t at = 0;  // each value as the bits of the float it widens to
+      for (std::size_t k = 0; k < dtypes.size(); ++k) {
+        const std::size_t width = I::stored_width(dtypes[k]);
+        for (std::size_t i = 0; i < len; ++i, at += width) {
+          std::uint32_t raw = 0;
+          for (std::size_t byte = 0; byte < width; ++byte)
+            raw |= std::uint32_t{bytes[at + byte]} << (8 * byte);
+          const std::uint16_t half = static_cast<std::uint16_t>(raw);
+          s.values[k][static_cast<std::size_t>(blk.global_offset) + i] =
+              dtypes[k] == kopt::DType::bf16  ? bits_of(kopt::bfloat16{half}.to_float())
+              : dtypes[k] == kopt::DType::f16 ? bits_of(kopt::float16{half}.to_float())
+                                              : raw;
+        }
+      }
     }
   }
   return out;

@@ -224,8 +224,14 @@ std::vector<Lie> lies() {
        "share bytes"},
       {"another generation", [](Crafted& c) { c.index.generation ^= 1; }, "cannot open"},
       // Every other field, one by one.
-      {"format version 3", [](Crafted& c) { c.patch = [](Bytes& b) { b[8] = 3; }; },
-       "format version 3"},
+      {"format version 4", [](Crafted& c) { c.patch = [](Bytes& b) { b[8] = 4; }; },
+       "format version 4"},
+      {"array dtype code 7",
+       [](Crafted& c) { c.index.params[c.param("p3")].array_dtypes[1] = kopt::DType(7); },
+       "'p3' stores state array 1 with dtype code 7"},
+      {"a 16-bit array over fp32 bytes",  // the blocks still hold 4 bytes per element
+       [](Crafted& c) { c.index.params[c.param("p3")].array_dtypes[0] = kopt::DType::bf16; },
+       "bytes for"},
       {"format version 0", [](Crafted& c) { c.patch = [](Bytes& b) { b[8] = 0; }; },
        "format version 0"},
       {"loss scale 0", [](Crafted& c) { c.index.scale = 0; }, "loss scale 0"},

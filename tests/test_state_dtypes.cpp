@@ -6,6 +6,7 @@
 #include <bit>
 #include <cstring>
 #include <kopt/impl/fused_optimizer_def.hpp>
+#include <map>
 #include <optional>
 
 #include "algorithm_world.hpp"
@@ -175,35 +176,64 @@ TEST(StateDtypesOptimizer, SaveAndLoadResumeBitwise) {
   }
 }
 
-// A file of fp32 arrays loads into 16-bit ones rounded to nearest even in each array's
-// dtype; the masters exactly.
-TEST(StateDtypesOptimizer, CheckpointsLoadRoundedToEachArraysDtype) {
+// The data files hold each array in its dtype: bf16 exp_avg 2 bytes, f32 exp_avg_sq 4, the
+// fp32 master 4 (p0); f16 momentum 2 and the master 4 (p2, p3). Format version 2, whose
+// arrays are all fp32, cannot hold them and says so.
+TEST(StateDtypesOptimizer, CheckpointsStoreEachArrayInItsDtype) {
   TempDir dir;
-  AlgorithmWorld wide(configs(), defs(), clipped(), 9);
-  wide.train(0, 5);
-  wide.opt->save(dir.str("wide"));
-  const auto file = saved_params(dir.str("wide"));
-  AlgorithmWorld narrow(configs(), defs(), clipped(), 9, {}, kMixed);
-  narrow.opt->load(dir.str("wide"));
-  for (std::size_t j = 0; j < defs().size(); ++j) narrow.params[j].set(wide.params[j].get());
-  std::size_t inexact = 0;
-  for (const auto& [name, s] : saved_params(*narrow.opt)) {
-    const SavedParam& w = file.at(name);
-    const kopt::StateStorage& form = kMixed[name == "p0" || name == "p1" ? 0 : 1];
-    ASSERT_EQ(s.values.size(), w.values.size()) << name;
-    const std::size_t arrays = static_cast<std::size_t>(std::popcount(w.arrays));
-    for (std::size_t k = 0; k < w.values.size(); ++k)
-      for (std::size_t i = 0; i < w.values[k].size(); ++i) {
-        const float x = float_of(w.values[k][i]);
-        const DType d = k < arrays ? form.dtype_of(k) : DType::f32;  // the master: exact
-        const float expected = d == DType::bf16  ? kopt::bfloat16::from_float(x).to_float()
-                               : d == DType::f16 ? kopt::float16::from_float(x).to_float()
-                                                 : x;
-        ASSERT_EQ(s.values[k][i], bits_of(expected)) << name << " array " << k << " [" << i << "]";
-        inexact += s.values[k][i] != w.values[k][i];
-      }
+  AlgorithmWorld w(configs(), defs(), clipped(), 5, {}, kMixed);
+  w.train(0, 2);
+  w.opt->save(dir.str("ckpt"));
+  namespace I = kopt::Impl;
+  const std::string file = dir.str("ckpt") + "/" + I::kIndexName;
+  const I::Index index = I::parse_index(I::read_file(file), file);
+  const std::map<std::string, std::uint64_t> expected = {
+      {"p0", 2 + 4 + 4}, {"p1", 2 + 4}, {"p2", 2 + 4}, {"p3", 2 + 4}};
+  for (const I::IndexBlock& b : index.blocks) {
+    const I::IndexParam& q = index.params[b.param];
+    EXPECT_EQ(b.bytes, expected.at(q.name) * static_cast<std::uint64_t>(b.length)) << q.name;
   }
-  EXPECT_GT(inexact, 0u) << "fp32 state that the narrow dtypes hold exactly tells nothing";
+  expect_error<kopt::CheckpointError>([&] { I::serialize_index(index, 2); },
+                                      "format version 2 holds fp32 state only; param 'p0' "
+                                      "stores an array of dtype code 1");
+}
+
+// A file loads into 16-bit arrays rounded to nearest even in each array's dtype: one of fp32
+// arrays, and one of f16 arrays into bf16 ones (and the f16 momentum into f16 exactly); the
+// masters exactly.
+TEST(StateDtypesOptimizer, CheckpointsLoadRoundedToEachArraysDtype) {
+  const std::vector<kopt::StateStorage> f16 = {storage(MasterStorage::f32, DType::f16),
+                                               storage(MasterStorage::f32, DType::f16)};
+  for (const auto& source : {std::vector<kopt::StateStorage>{}, f16}) {
+    SCOPED_TRACE(source.empty() ? "fp32 file" : "f16 file");
+    TempDir dir;
+    AlgorithmWorld saved(configs(), defs(), clipped(), 9, {}, source);
+    saved.train(0, 5);
+    saved.opt->save(dir.str("file"));
+    const auto file = saved_params(dir.str("file"));
+    AlgorithmWorld narrow(configs(), defs(), clipped(), 9, {}, kMixed);
+    narrow.opt->load(dir.str("file"));
+    for (std::size_t j = 0; j < defs().size(); ++j) narrow.params[j].set(saved.params[j].get());
+    std::size_t inexact = 0;
+    for (const auto& [name, s] : saved_params(*narrow.opt)) {
+      const SavedParam& w = file.at(name);
+      const kopt::StateStorage& form = kMixed[name == "p0" || name == "p1" ? 0 : 1];
+      ASSERT_EQ(s.values.size(), w.values.size()) << name;
+      const std::size_t arrays = static_cast<std::size_t>(std::popcount(w.arrays));
+      for (std::size_t k = 0; k < w.values.size(); ++k)
+        for (std::size_t i = 0; i < w.values[k].size(); ++i) {
+          const float x = float_of(w.values[k][i]);
+          const DType d = k < arrays ? form.dtype_of(k) : DType::f32;  // the master: exact
+          const float expected = d == DType::bf16  ? kopt::bfloat16::from_float(x).to_float()
+                                 : d == DType::f16 ? kopt::float16::from_float(x).to_float()
+                                                   : x;
+          ASSERT_EQ(s.values[k][i], bits_of(expected))
+              << name << " array " << k << " [" << i << "]";
+          inexact += s.values[k][i] != w.values[k][i];
+        }
+    }
+    EXPECT_GT(inexact, 0u) << "state that the narrow dtypes hold exactly tells nothing";
+  }
 }
 
 // Offloaded groups keep each array in its dtype on the host: bitwise the local groups.

@@ -67,8 +67,8 @@ inline constexpr std::size_t max_state_arrays = 3;
 struct StateStorage {
   MasterStorage master = MasterStorage::f32;
   /// The element type of every state array without an entry in `array_dtypes`: DType::f32
-  /// (default), bf16 or f16. Checkpoints hold the values widened to fp32; a file loaded
-  /// into a group of 16-bit arrays is rounded to nearest even there.
+  /// (default), bf16 or f16. Checkpoints store each array in its dtype; a file loads into
+  /// a group of any storage, each value widened and rounded to nearest even into its dtype.
   DType arrays = DType::f32;
   /// MasterStorage::none only (else nearest): how updates are rounded into the params.
   Rounding rounding = Rounding::nearest;

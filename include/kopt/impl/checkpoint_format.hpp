@@ -6,9 +6,11 @@
 /// fsync, rename, fsync of the directory); readers check everything and throw
 /// kopt::CheckpointError naming the file and what is wrong.
 
+#include <array>
 #include <cstdint>
 #include <kopt/algorithm_config.hpp>
 #include <kopt/dtype.hpp>
+#include <kopt/state_storage.hpp>
 #include <string>
 #include <vector>
 
@@ -17,9 +19,9 @@ namespace kopt::Impl {
 /// CRC-32C (Castagnoli), continuing from `crc` (0 to start).
 std::uint32_t crc32c(const void* data, std::size_t bytes, std::uint32_t crc = 0);
 
-/// The version this kopt writes. Version 1 (Adam only: no algorithm names, has_max in place
-/// of the array mask) still loads.
-inline constexpr std::uint32_t kCheckpointVersion = 2;
+/// The version this kopt writes. Version 2 (every array fp32) and version 1 (also Adam only:
+/// no algorithm names, has_max in place of the array mask) still load.
+inline constexpr std::uint32_t kCheckpointVersion = 3;
 inline constexpr char kIndexName[] = "index.kopt";
 /// The first 8 bytes of an index and of a data file.
 inline constexpr char kIndexMagic[8] = {'K', 'O', 'P', 'T', 'I', 'N', 'D', 'X'};
@@ -33,6 +35,11 @@ struct IndexParam {
   std::int64_t step = 0;
   std::uint8_t arrays = 0;  ///< bit k: blocks hold the algorithm's state array k
   bool has_master = false;  ///< blocks hold an fp32 master (16-bit params)
+  /// The element type array k is stored in (f32, bf16, f16; version 3: the group's
+  /// StateStorage; before: f32). The master is f32.
+  std::array<DType, max_state_arrays> array_dtypes{DType::f32, DType::f32, DType::f32};
+  /// Bytes per element of a block of this param: each array it holds at its dtype, the master.
+  std::uint64_t bytes_per_element() const;
 };
 
 /// Elements [global_offset, global_offset + length) of one param's state, in one rank's
@@ -58,7 +65,10 @@ struct Index {
   std::vector<std::size_t> first_block;
 };
 
-std::vector<unsigned char> serialize_index(const Index& index);
+/// The index in the bytes of format `version`: this kopt's, or 2 where every array is f32
+/// (tests write older files with it).
+std::vector<unsigned char> serialize_index(const Index& index,
+                                           std::uint32_t version = kCheckpointVersion);
 /// Parses and checks (magic, version, checksum, every count and range, then check_index);
 /// `file` names the file in errors.
 Index parse_index(const std::vector<unsigned char>& bytes, const std::string& file);
@@ -81,10 +91,8 @@ inline constexpr std::size_t kDataHeaderBytes = 32;
 void check_data_header(const unsigned char* data, std::size_t bytes, std::uint64_t generation,
                        std::uint32_t rank, const std::string& file);
 
-/// n little-endian floats from bytes.
-void read_floats(const unsigned char* in, float* values, std::size_t n);
-/// Puts n floats in little-endian byte order in place (nothing to do on most machines).
-void to_little_endian(float* values, std::size_t n);
+/// Bytes an element of a state array of `dtype` takes in a data file (f32 4, bf16 and f16 2).
+inline std::uint64_t stored_width(DType dtype) { return dtype == DType::f32 ? 4 : 2; }
 
 // Files (src/checkpoint_files.cpp).
 

@@ -22,14 +22,17 @@ class StateWriter {
  public:
   StateWriter(const std::string& path, std::uint64_t generation, std::uint32_t rank);
   /// Appends the state of `name` (its `numel` elements in `engine`) as one block, array by
-  /// array, and fills `block`'s file offset, byte count and checksum.
+  /// array (array k in dtypes[k], the master in f32), and fills `block`'s file offset, byte
+  /// count and checksum.
   void append(Engine& engine, const std::string& name, std::int64_t numel,
-              const std::array<bool, 4>& arrays, IndexBlock& block);
+              const std::array<bool, 4>& arrays,
+              const std::array<DType, max_state_arrays>& dtypes, IndexBlock& block);
   void commit() { file_.commit(); }
 
  private:
   AtomicFile file_;
-  std::vector<float> span_;  ///< one span of one array
+  std::vector<float> span_;          ///< one span of one array
+  std::vector<unsigned char> bytes_;  ///< and its bytes
 };
 
 /// The data files an index names, read through one window of kCheckpointIoBytes.
