@@ -72,6 +72,62 @@ void bm_offload(benchmark::State& state) {
   state.counters["threads"] = Kokkos::DefaultHostExecutionSpace().concurrency();
 }
 
+// 100,000 tiny params (state.range(0) of them, 64 elements each) offloaded, against one
+// param of the same size, in the same iterations: one_ms, tiny_ms and tiny_over_one, the cost
+// of tiny params (about 1 is the goal: their copies go as one batch per chunk and direction);
+// and tiny_each_ms, the same tiny params with every copy on its own (batch_copies_below = 0),
+// which is what batching saves. bf16 params and grads, AdamW.
+template <class DeviceExec, class StateMem>
+void bm_offload_tiny(benchmark::State& state) {
+  using Mem = typename DeviceExec::memory_space;
+  constexpr std::int64_t per_param = 64;
+  const auto count = static_cast<std::int64_t>(state.range(0));
+  const std::int64_t n = count * per_param;
+  Kokkos::View<kopt::bfloat16*, Mem> param("kopt::perf::param", n), grad("kopt::perf::grad", n);
+  fill_random(param, 1);
+  fill_random(grad, 2);
+  const auto engine = [&](std::size_t batch_below, std::int64_t params) {
+    kopt::OffloadOptions options;
+    options.batch_copies_below = batch_below;
+    auto e = kopt::Impl::make_offload_engine(kopt::memory_space_of<Mem>(), kopt::DType::bf16,
+                                             kopt::AdamConfig{}, options);
+    e->add_group(kopt::AdamConfig{.weight_decay = 0.01});
+    const std::int64_t each = n / params;
+    for (std::int64_t k = 0; k < params; ++k) {
+      const auto piece = std::make_pair(k * each, (k + 1) * each);
+      e->add("p" + std::to_string(k), kopt::Tensor(Kokkos::subview(param, piece)),
+             kopt::Tensor(Kokkos::subview(grad, piece)), 0);
+    }
+    e->step(1.0);  // allocates and first-touches the host state
+    return e;
+  };
+  const auto one = engine(kopt::OffloadOptions{}.batch_copies_below, 1);
+  const auto tiny = engine(kopt::OffloadOptions{}.batch_copies_below, count);
+  const auto each = engine(0, count);
+  const auto timed = [](kopt::Impl::Engine& e) {
+    const auto t0 = std::chrono::steady_clock::now();
+    e.step(1.0);
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  double t_one = 0, t_tiny = 0, t_each = 0;
+  for (auto _ : state) {
+    const double a = timed(*one), b = timed(*tiny), c = timed(*each);
+    state.SetIterationTime(b);
+    t_one += a;
+    t_tiny += b;
+    t_each += c;
+  }
+  const double iters = static_cast<double>(state.iterations());
+  state.counters["elements"] = static_cast<double>(n);
+  state.counters["Gelem/s"] = static_cast<double>(n) * iters / t_tiny / 1e9;
+  state.counters["one_ms"] = 1e3 * t_one / iters;
+  state.counters["tiny_ms"] = 1e3 * t_tiny / iters;
+  state.counters["tiny_each_ms"] = 1e3 * t_each / iters;
+  state.counters["tiny_over_one"] = t_tiny / t_one;
+  state.counters["each_over_one"] = t_each / t_one;
+  state.counters["threads"] = Kokkos::DefaultHostExecutionSpace().concurrency();
+}
+
 template <class DeviceExec, class StateMem>
 void register_offload(const std::string& space) {
   const auto sizes = pow2_sizes({24}, {22, 24});
@@ -79,6 +135,8 @@ void register_offload(const std::string& space) {
       sizes);
   if (full_suite())
     add("offload_fp32/" + space, bm_offload<DeviceExec, StateMem, float, float>, sizes);
+  add("offload_tiny_params/" + space, bm_offload_tiny<DeviceExec, StateMem>,
+      {smoke_suite() ? 100 : 100000});
 }
 
 }  // namespace

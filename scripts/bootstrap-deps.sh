@@ -17,16 +17,22 @@
 #   --with-peers      also install python3-dev and python3-venv, then torch and DeepSpeed from
 #                     PyPI into a venv in the cache prefix (scripts/bootstrap-peers.sh; the perf
 #                     suite's Python peers, perf/peers.py)
+#   --with-cuda       instead build Kokkos and Kokkos Kernels 3.4.01 with Cuda (sm_80 code plus
+#                     its PTX, which Hopper JITs) + OpenMP + Serial into "$prefix/cuda", and print
+#                     that prefix; configure kopt with -DCMAKE_TOOLCHAIN_FILE=<it>/toolchain.cmake.
+#                     Compile-only (no GPU needed). Debian's CUDA 11.8 (non-free) with Clang 16 as
+#                     the CUDA compiler: nvcc 11.8 has no C++20 (docs/cuda-builds.md).
 set -euo pipefail
 
 log() { echo "bootstrap-deps: $*" >&2; }
-want_mpi=0 want_libtorch=0 want_plot=0 want_peers=0
+want_mpi=0 want_libtorch=0 want_plot=0 want_peers=0 want_cuda=0
 for arg in "$@"; do
   case "$arg" in
     --with-mpi) want_mpi=1 ;;
     --with-libtorch) want_libtorch=1 ;;
     --with-plot) want_plot=1 ;;
     --with-peers) want_peers=1 ;;
+    --with-cuda) want_cuda=1 ;;
     *) log "unknown option '$arg'"; exit 2 ;;
   esac
 done
@@ -51,10 +57,31 @@ packages=(cmake g++ gfortran make ninja-build libgtest-dev libgmock-dev libbench
 [ "$want_plot" = 1 ] && packages+=(gnuplot-nox)
 # DeepSpeed compiles its CPU Adam op at first use: Python headers, ninja (above) and g++.
 [ "$want_peers" = 1 ] && packages+=(python3-dev python3-venv)
+# nvidia-cuda-toolkit is in contrib/non-free; libstdc++ 11 (g++-11) because CUDA 11.8's
+# __noinline__ macro breaks libstdc++ 12's <memory> under Clang; libomp for Kokkos' OpenMP.
+[ "$want_cuda" = 1 ] && packages+=(nvidia-cuda-toolkit g++-11 clang-16 libomp-16-dev)
+codename="$(. /etc/os-release && echo "${VERSION_CODENAME:-}")"
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+nonfree_list=/etc/apt/sources.list.d/kopt-non-free.sources
+if [ "$want_cuda" = 1 ] && [ "${#missing[@]}" -gt 0 ] && [ ! -f "$nonfree_list" ] &&
+   ! grep -qsE '^(Components:|deb ).*[[:space:]]non-free([[:space:]]|$)' /etc/apt/sources.list \
+     /etc/apt/sources.list.d/*.sources /etc/apt/sources.list.d/*.list; then
+  # This release's deb stanzas (deb822 as Debian 12 writes them) with contrib and non-free.
+  tmp="$(mktemp)"
+  for f in /etc/apt/sources.list.d/*.sources; do
+    [ -f "$f" ] && awk -v rel="$codename" 'BEGIN { RS=""; ORS="\n\n" }
+      $0 ~ ("Suites:[^\n]*" rel) && $0 ~ /Types:[^\n]*deb( |\n|$)/ {
+        sub(/Types:[^\n]*/, "Types: deb"); sub(/Components:[^\n]*/, "Components: contrib non-free")
+        print }' "$f" >>"$tmp"
+  done
+  [ -s "$tmp" ] || { log "no deb822 apt source for '$codename' to enable non-free in"; exit 1; }
+  log "enabling contrib and non-free in $nonfree_list"
+  as_root install -m 0644 "$tmp" "$nonfree_list"
+  rm -f "$tmp"
+fi
 if [ "${#missing[@]}" -gt 0 ]; then
   log "installing Debian packages: ${missing[*]}"
   apt_update
@@ -67,16 +94,17 @@ if [ "$want_peers" = 1 ]; then
   KOPT_DEPS_PREFIX="$prefix" bash "$(dirname "$0")/bootstrap-peers.sh" >&2
 fi
 
-# --- An existing Kokkos wins -----------------------------------------------------------
+# --- An existing Kokkos wins (not for --with-cuda: it may have no Cuda) ----------------
 has_kokkos() {  # $1: a prefix; true when it holds a KokkosConfig.cmake
   [ -n "$1" ] && find "$1" -maxdepth 5 -name KokkosConfig.cmake -print -quit 2>/dev/null | grep -q .
 }
-if has_kokkos "${Kokkos_ROOT:-}"; then
+if [ "$want_cuda" = 0 ] && has_kokkos "${Kokkos_ROOT:-}"; then
   log "using Kokkos_ROOT=$Kokkos_ROOT; building nothing"
   echo "${Kokkos_ROOT}${CMAKE_PREFIX_PATH:+;$CMAKE_PREFIX_PATH}"
   exit 0
 fi
-IFS=':;' read -r -a user_paths <<<"${CMAKE_PREFIX_PATH:-}"
+user_paths=()
+[ "$want_cuda" = 1 ] || IFS=':;' read -r -a user_paths <<<"${CMAKE_PREFIX_PATH:-}"
 for p in "${user_paths[@]}"; do
   if has_kokkos "$p"; then
     log "using Kokkos from CMAKE_PREFIX_PATH ($p); building nothing"
@@ -85,17 +113,17 @@ for p in "${user_paths[@]}"; do
   fi
 done
 
-stamp="$prefix/.kopt-deps-3.4.01-openmp"
+dest="$prefix" stamp="$prefix/.kopt-deps-3.4.01-openmp" what="OpenMP+Serial"
+[ "$want_cuda" = 1 ] && dest="$prefix/cuda" stamp="$prefix/cuda/.kopt-deps-3.4.01-cuda" what="Cuda+OpenMP+Serial"
 if [ -f "$stamp" ]; then
-  log "Kokkos 3.4.01 (OpenMP+Serial) and Kokkos Kernels cached in $prefix"
-  echo "$prefix"
+  log "Kokkos 3.4.01 ($what) and Kokkos Kernels cached in $dest"
+  echo "$dest"
   exit 0
 fi
 
 # --- deb-src entries derived from this machine's own apt sources ---------------------
 # Only stanzas for this release's suites are mirrored, so third-party repositories
 # without source indexes cannot break `apt-get update`.
-codename="$(. /etc/os-release && echo "${VERSION_CODENAME:-}")"
 src_list=/etc/apt/sources.list.d/kopt-deb-src.sources
 if ! grep -rqs '^Types:.*deb-src' /etc/apt/sources.list.d/*.sources 2>/dev/null \
    && ! grep -qs '^deb-src ' /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null; then
@@ -135,16 +163,45 @@ build() {  # $1: name, $2: source dir, rest: cmake options
   local name="$1" dir="$2"; shift 2
   local t=$(date +%s)
   cmake -S "$dir" -B "$work/build-$name" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-    -DCMAKE_INSTALL_PREFIX="$prefix" -DCMAKE_PREFIX_PATH="$prefix" \
-    -DCMAKE_CXX_STANDARD=17 -DCMAKE_CXX_FLAGS="-w" "$@" >"$work/$name-configure.log" 2>&1 ||
+    -DCMAKE_INSTALL_PREFIX="$dest" -DCMAKE_PREFIX_PATH="$dest" \
+    -DCMAKE_CXX_STANDARD=17 -DCMAKE_CXX_FLAGS="-w $cuda_flags" "${cuda_cmake[@]}" "$@" >"$work/$name-configure.log" 2>&1 ||
     { tail -n 40 "$work/$name-configure.log" >&2; exit 1; }
   cmake --build "$work/build-$name" -j "$jobs" >"$work/$name-build.log" 2>&1 ||
     { tail -n 40 "$work/$name-build.log" >&2; exit 1; }
   cmake --install "$work/build-$name" >/dev/null
   log "built and installed $name in $(( $(date +%s) - t )) s"
 }
-mkdir -p "$prefix"
-build kokkos "$src/kokkos" -DKokkos_ENABLE_SERIAL=ON -DKokkos_ENABLE_OPENMP=ON \
+mkdir -p "$dest"
+cuda_flags="" cuda_cmake=() kokkos_cuda=() kk_cuda=()
+if [ "$want_cuda" = 1 ]; then
+  # A CUDA root for Clang made of Debian's pieces (Debian spreads them over /usr), so that no
+  # other CUDA on the machine (PATH, /usr/local/cuda) is picked up.
+  mkdir -p "$dest/sdk/bin" "$dest/sdk/include" "$dest/sdk/nvvm" "$dest/cuda-include"
+  for t in ptxas fatbinary nvlink; do ln -sfn "/usr/bin/$t" "$dest/sdk/bin/$t"; done
+  ln -sfn /usr/lib/nvidia-cuda-toolkit/libdevice "$dest/sdk/nvvm/libdevice"
+  ln -sfn /usr/include/cuda.h "$dest/sdk/include/cuda.h"
+  # Debian's CUDA headers again, passed with -I: a CUDA in /usr/local/include (these machines
+  # link CUDA 13's there) is searched before /usr/include, and Clang adds its CUDA path last.
+  dpkg -L nvidia-cuda-dev | grep '^/usr/include/[^/]*$' | xargs -I{} ln -sfn {} "$dest/cuda-include/"
+  cuda_flags="--gcc-install-dir=/usr/lib/gcc/x86_64-linux-gnu/11 -I$dest/cuda-include"
+  cuda_flags+=" -Wno-unknown-cuda-version"  # Clang 16 knows CUDA up to 11.5 in full
+  cat >"$dest/toolchain.cmake" <<EOF
+# Written by kopt's scripts/bootstrap-deps.sh --with-cuda: Clang 16 compiles CUDA against
+# Debian's CUDA 11.8, with libstdc++ 11.
+set(CMAKE_CXX_COMPILER clang++-16)
+set(CMAKE_CXX_FLAGS_INIT "$cuda_flags")
+set(CUDAToolkit_ROOT /usr)
+# Kokkos would route every compile through its launcher script, which is not needed with one
+# compiler and splits quoted -D values at spaces (perf/'s KOPT_PERF_BUILD).
+set(Kokkos_LAUNCH_COMPILER OFF)
+list(APPEND CMAKE_PREFIX_PATH "$dest")
+EOF
+  cuda_cmake=(-DCMAKE_TOOLCHAIN_FILE="$dest/toolchain.cmake")
+  kokkos_cuda=(-DKokkos_ENABLE_CUDA=ON -DKokkos_ARCH_AMPERE80=ON -DKokkos_CUDA_DIR="$dest/sdk")
+  # Kokkos Kernels would find cuBLAS/cuSPARSE of any CUDA on the machine; kopt needs neither.
+  kk_cuda=(-DKokkosKernels_ENABLE_TPL_CUBLAS=OFF -DKokkosKernels_ENABLE_TPL_CUSPARSE=OFF)
+fi
+build kokkos "$src/kokkos" -DKokkos_ENABLE_SERIAL=ON -DKokkos_ENABLE_OPENMP=ON "${kokkos_cuda[@]}" \
   -DKokkos_ENABLE_TESTS=OFF -DKokkos_ENABLE_EXAMPLES=OFF -DBUILD_SHARED_LIBS=OFF \
   -DCMAKE_POSITION_INDEPENDENT_CODE=ON
 # kopt uses only header templates of Kokkos Kernels' BLAS-1; its explicit instantiations
@@ -153,6 +210,7 @@ build kokkos-kernels "$src/kokkos-kernels" -DKokkosKernels_ENABLE_TESTS=OFF \
   -DKokkosKernels_ENABLE_EXAMPLES=OFF -DKokkosKernels_INST_DOUBLE=OFF \
   -DKokkosKernels_INST_ORDINAL_INT=OFF -DKokkosKernels_INST_OFFSET_INT=OFF \
   -DKokkosKernels_INST_OFFSET_SIZE_T=OFF -DKokkosKernels_INST_LAYOUTLEFT=OFF \
-  -DKokkosKernels_ADD_DEFAULT_ETI=OFF -DBUILD_SHARED_LIBS=OFF -DCMAKE_POSITION_INDEPENDENT_CODE=ON
+  -DKokkosKernels_ADD_DEFAULT_ETI=OFF -DBUILD_SHARED_LIBS=OFF -DCMAKE_POSITION_INDEPENDENT_CODE=ON \
+  "${kk_cuda[@]}"
 touch "$stamp"
-echo "$prefix"
+echo "$dest"

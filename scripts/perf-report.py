@@ -56,6 +56,10 @@ def kopt_rows(bench, peers=None):
             note = f"{b['of_one_tensor']:.2f} of one tensor's rate"
         elif "of_plain_step" in b:
             note = f"{b['of_plain_step']:.2f} of the step without clip/scaling"
+        elif kernel.startswith("offload_tiny"):
+            size = f"{size_text(b['elements'])} in {int(args[0]):,} params"
+            note = (f"{b['tiny_over_one']:.2f} of one param's step time ({b['tiny_ms']:.1f} vs "
+                    f"{b['one_ms']:.1f} ms); each copy on its own {b['each_over_one']:.2f}")
         elif kernel.startswith("offload"):
             note = (f"total {b['total_ms']:.1f} ms, copies {b['copy_ms']:.1f}, update "
                     f"{b['update_ms']:.1f}; overlap {b['overlap']:.2f} (1 = perfect, 2 = none)")

@@ -78,6 +78,7 @@ bool injected_copy_failure() {
   return left == 0;
 }
 std::atomic<HostCopyWorkers> workers{HostCopyWorkers::shared};
+std::atomic<std::uint64_t> operations{0};  // the counting test hook
 
 class HostCopyQueue final : public CopyQueue {
  public:
@@ -97,12 +98,11 @@ class HostCopyQueue final : public CopyQueue {
 
   void copy(void* dst, const void* src, std::size_t bytes) override {
     if (bytes == 0) return;
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      pending_.push_back(Copy{dst, src, bytes});
-      ++enqueued_;
-    }
-    work_.notify_one();
+    enqueue_(Job{CopyOp{dst, src, bytes}, nullptr, 0});
+  }
+  void copy_batch(const CopyOp* ops, std::size_t count) override {
+    if (count == 0) return;
+    enqueue_(Job{CopyOp{}, ops, count});
   }
   Ticket mark() override {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -118,24 +118,37 @@ class HostCopyQueue final : public CopyQueue {
   }
 
  private:
-  struct Copy {
-    void* dst;
-    const void* src;
-    std::size_t bytes;
+  /// One copy (`one`), or `count` of them at `batch`.
+  struct Job {
+    CopyOp one;
+    const CopyOp* batch;
+    std::size_t count;
   };
+
+  void enqueue_(const Job& job) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      pending_.push_back(job);
+      ++enqueued_;
+    }
+    operations.fetch_add(1, std::memory_order_relaxed);
+    work_.notify_one();
+  }
 
   void run_() {
     std::unique_lock<std::mutex> lock(mutex_);
     for (;;) {
       work_.wait(lock, [&] { return stop_ || !pending_.empty(); });
       if (pending_.empty()) return;  // stop_ and nothing left
-      const Copy c = pending_.front();
+      const Job job = pending_.front();
       pending_.pop_front();
       lock.unlock();
       if (const auto us = latency_.load(std::memory_order_relaxed); us > 0)
         std::this_thread::sleep_for(std::chrono::microseconds(us));
       const bool fail = injected_copy_failure();
-      if (!fail) std::memcpy(c.dst, c.src, c.bytes);
+      if (!fail && job.batch == nullptr) std::memcpy(job.one.dst, job.one.src, job.one.bytes);
+      for (std::size_t k = 0; !fail && k < job.count; ++k)
+        std::memcpy(job.batch[k].dst, job.batch[k].src, job.batch[k].bytes);
       lock.lock();
       failed_ = failed_ || fail;
       ++completed_;  // under the mutex: a waiter that sees it also sees the bytes
@@ -145,7 +158,7 @@ class HostCopyQueue final : public CopyQueue {
 
   std::mutex mutex_;
   std::condition_variable work_, landed_;
-  std::deque<Copy> pending_;
+  std::deque<Job> pending_;
   Ticket enqueued_ = 0, completed_ = 0;
   bool stop_ = false;
   bool failed_ = false;                       // a copy failed and no wait has reported it yet
@@ -169,5 +182,7 @@ void set_host_copy_failure_after(std::int64_t copies) { copies_before_failure = 
 void set_host_copy_workers(HostCopyWorkers layout) { workers = layout; }
 
 HostCopyWorkers host_copy_workers() { return workers; }
+
+std::uint64_t host_copy_operations() { return operations.load(std::memory_order_relaxed); }
 
 }  // namespace kopt::Impl

@@ -2,6 +2,8 @@
 // wait blocks on exactly the copies it needs.
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <deque>
 #include <kopt/error.hpp>
 #include <kopt/impl/copy_queue.hpp>
@@ -12,10 +14,37 @@ namespace kopt::Impl {
 
 namespace {
 
+// Copies ops[k] for k = blockIdx.x, blockIdx.x + gridDim.x, ...: each block one op at a
+// time, its threads striding through it in the widest unit that divides both addresses and
+// the size (16-bit params land at any even offset), so a warp's accesses are contiguous.
+template <class Unit>
+__device__ void copy_units(const CopyOp& op) {
+  Unit* dst = static_cast<Unit*>(op.dst);
+  const Unit* src = static_cast<const Unit*>(op.src);
+  const std::size_t n = op.bytes / sizeof(Unit);
+  for (std::size_t i = threadIdx.x; i < n; i += blockDim.x) dst[i] = src[i];
+}
+
+__global__ void copy_batch_kernel(const CopyOp* ops, std::size_t count) {
+  for (std::size_t k = blockIdx.x; k < count; k += gridDim.x) {
+    const CopyOp op = ops[k];
+    const auto bits = reinterpret_cast<std::uintptr_t>(op.dst) |
+                      reinterpret_cast<std::uintptr_t>(op.src) | op.bytes;
+    if (bits % 16 == 0)
+      copy_units<uint4>(op);
+    else if (bits % 4 == 0)
+      copy_units<unsigned>(op);
+    else if (bits % 2 == 0)
+      copy_units<unsigned short>(op);
+    else
+      copy_units<unsigned char>(op);
+  }
+}
+
 void check(cudaError_t status, const char* what) {
-  KOPT_THROW_IF_AS(BackendError, status != cudaSuccess,
-                   "kopt offload copy queue: " << what << " failed: "
-                                               << cudaGetErrorString(status));
+  KOPT_THROW_IF_AS(
+      BackendError, status != cudaSuccess,
+      "kopt offload copy queue: " << what << " failed: " << cudaGetErrorString(status));
 }
 
 class CudaCopyQueue final : public CopyQueue {
@@ -31,6 +60,14 @@ class CudaCopyQueue final : public CopyQueue {
   void copy(void* dst, const void* src, std::size_t bytes) override {
     if (bytes == 0) return;
     check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_), "cudaMemcpyAsync");
+    ++enqueued_;
+  }
+  void copy_batch(const CopyOp* ops, std::size_t count) override {
+    if (count == 0) return;
+    constexpr std::size_t max_blocks = 4096, threads = 256;
+    copy_batch_kernel<<<static_cast<unsigned>(std::min(count, max_blocks)), threads, 0, stream_>>>(
+        ops, count);
+    check(cudaGetLastError(), "the batched copy kernel's launch");
     ++enqueued_;
   }
   Ticket mark() override {

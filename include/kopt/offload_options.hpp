@@ -25,6 +25,12 @@ struct OffloadOptions {
   /// Staging buffers (>= 2): chunk k copies into buffer k % staging_buffers, so chunk k+1's
   /// grads land while chunk k computes and chunk k-1's params are still on their way.
   int staging_buffers = 3;
+  /// Copies of fewer bytes than this (a param, or its piece in a chunk) go as one batch per
+  /// chunk and direction: on a GPU one kernel that copies them all between device and pinned
+  /// memory, instead of one cudaMemcpyAsync each (a few microseconds of setup apiece, so
+  /// 100,000 tiny params would cost as much as 100,000 transfers). Larger copies keep their own
+  /// DMA transfer, the faster way to move many bytes. 0: every copy on its own.
+  std::size_t batch_copies_below = std::size_t{64} << 10;
 
   /// Throws kopt::InvalidArgument naming the field when a value is out of range.
   void validate() const;

@@ -10,7 +10,13 @@ endfunction()
 file(REMOVE_RECURSE ${PREFIX} ${CONSUMER_BUILD})
 run(${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${PREFIX})
 string(REPLACE ";" "\\;" deps "${DEPS_PREFIX_PATH}")
-run(${CMAKE_COMMAND} -S ${CONSUMER_SOURCE} -B ${CONSUMER_BUILD} -G ${GENERATOR}
+# A toolchain file carries what the compiler alone does not (bootstrap-deps.sh --with-cuda's
+# Clang flags, docs/cuda-builds.md).
+set(toolchain "")
+if(TOOLCHAIN_FILE)
+  set(toolchain "-DCMAKE_TOOLCHAIN_FILE=${TOOLCHAIN_FILE}")
+endif()
+run(${CMAKE_COMMAND} -S ${CONSUMER_SOURCE} -B ${CONSUMER_BUILD} -G ${GENERATOR} ${toolchain}
     -DCMAKE_CXX_COMPILER=${CXX_COMPILER} "-DCMAKE_PREFIX_PATH=${PREFIX}\;${deps}"
     # A consumer needs no Kokkos Kernels (kopt's tests do): hidden, it must still link.
     -DCMAKE_DISABLE_FIND_PACKAGE_KokkosKernels=ON)

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <kopt/impl/update_kernel.hpp>
+
 #include "../algorithm_world.hpp"
 #include "shared_dir.hpp"
 #include "world.hpp"
@@ -207,3 +209,38 @@ TEST(NoMasterZero, ShardedRunsWithoutMastersMatchOneProcessBitwise) {
         expect_same(one, zero);
       }
 }
+
+namespace {
+
+// The device path (teams striding through each chunk, run here on the host: see
+// test_team_paths.cpp) on shards: a shard's elements start at first_index > 0 of their
+// tensor, which the stochastic rounding bits and the remainders key on. Sharded steps on the
+// team path give one process's host-path params and state bitwise.
+TEST(NoMasterZero, ShardedTeamPathStepsMatchOneProcessOnTheHostPath) {
+  const std::vector<ParamDef> d = {{0, DType::bf16, DType::bf16, false, 8199},
+                                   {0, DType::bf16, DType::f32, false, 13},
+                                   {1, DType::bf16, DType::bf16, false, 4097},
+                                   {1, DType::bf16, DType::f16, false, 65}};
+  const std::vector<kopt::AlgorithmConfig> configs = {kopt::AdamConfig{.lr = 1e-3},
+                                                      kopt::AdamConfig{.lr = 1e-3}};
+  const std::vector<kopt::StateStorage> storage = {
+      {.master = kopt::MasterStorage::none,
+       .arrays = DType::bf16,
+       .rounding = kopt::Rounding::stochastic,
+       .seed = 11},
+      {.master = kopt::MasterStorage::remainder, .arrays = DType::f32}};
+  kopt::HybridOptions options;
+  options.max_grad_norm = 5.0;
+  AlgorithmWorld one(configs, d, options, 29, {}, storage);
+  AlgorithmWorld zero(configs, d, sharded(options, kopt::ZeroStage::one), 29, {}, storage);
+  for (int s = 0; s < 6; ++s) {
+    one.set_grads(s);
+    zero.set_grads(s);
+    one.opt->step();
+    const kopt::Impl::ScopedTeamPaths teams;
+    zero.opt->step();
+  }
+  expect_same(one, zero);
+}
+
+}  // namespace

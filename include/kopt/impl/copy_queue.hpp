@@ -14,6 +14,13 @@
 
 namespace kopt::Impl {
 
+/// One copy of a batch (CopyQueue::copy_batch).
+struct CopyOp {
+  void* dst = nullptr;
+  const void* src = nullptr;
+  std::size_t bytes = 0;
+};
+
 class CopyQueue {
  public:
   /// Copies enqueued before a mark; waiting on it waits for exactly those.
@@ -23,6 +30,13 @@ class CopyQueue {
   /// Enqueues a copy of `bytes` bytes from `src` to `dst` and returns at once. Both stay
   /// untouched by the caller until a wait on a later mark returns.
   virtual void copy(void* dst, const void* src, std::size_t bytes) = 0;
+  /// Enqueues `count` copies as one operation and returns at once: on a GPU one kernel on
+  /// the queue's stream whose blocks copy them all, reading and writing pinned host memory
+  /// directly (so 100,000 tiny copies cost one launch, not 100,000 DMA transfers of a few
+  /// microseconds' setup each); on the host one job of the worker. `ops` must be memory the
+  /// queue's device can read (the offload engine's state memory: pinned on a GPU) and, like
+  /// the buffers, stays untouched by the caller until a wait on a later mark returns.
+  virtual void copy_batch(const CopyOp* ops, std::size_t count) = 0;
   /// A ticket for every copy enqueued so far.
   virtual Ticket mark() = 0;
   /// Blocks until every copy enqueued before `ticket` was marked has landed. Throws
@@ -49,13 +63,17 @@ enum class HostCopyWorkers { shared, one_per_direction };
 void set_host_copy_workers(HostCopyWorkers workers);
 HostCopyWorkers host_copy_workers();
 
-/// Test hook: every host queue copy from now on first sleeps this long, by direction, like a
-/// slow link, so a pipeline that reads a copy before waiting for it fails every time, not
-/// by chance. A slower to_device direction exposes a staging buffer reused too early.
+/// Test hook: every host queue operation (a copy or a batch) from now on first sleeps this
+/// long, by direction, like a slow link, so a pipeline that reads a copy before waiting for
+/// it fails every time, not by chance. A slower to_device direction exposes a staging buffer
+/// reused too early.
 void set_host_copy_latency(std::chrono::microseconds to_host, std::chrono::microseconds to_device);
-/// Test hook: the host queue copy after `copies` more copies fails (its bytes are not
+/// Test hook: the host queue operation after `copies` more fails (none of its bytes are
 /// copied; the next wait on its queue throws kopt::BackendError), as a device copy can;
 /// then the hook turns itself off. Negative (the default): off.
 void set_host_copy_failure_after(std::int64_t copies);
+/// Test hook: the operations (a copy, or a batch of them) host queues have enqueued since
+/// the process started, so tests can count what a step enqueues.
+std::uint64_t host_copy_operations();
 
 }  // namespace kopt::Impl

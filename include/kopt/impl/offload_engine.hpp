@@ -113,10 +113,13 @@ class OffloadEngine final : public Engine {
   void send_grads_(std::size_t batch);
   void update_(std::size_t batch);
   void send_params_(std::size_t batch);
-  /// out[i] = synced_master(master[i], param[i]) for n host elements of a 16-bit `dtype`.
-  void sync_span_(DType dtype, const void* param, const float* master, float* out, std::int64_t n);
-  /// Reconciles segment s's master with its param, staged by send_grads_ (flagged params).
-  void sync_master_(std::size_t batch, const Segment& s);
+  /// Enqueues a copy on `queue`: its own when large, else appended to ops[count++].
+  void send_(CopyQueue& queue, CopyOp* ops, std::size_t& count, void* dst, const void* src,
+             std::size_t bytes) const;
+  /// Reconciles the masters of the batch's flagged params with the params send_grads_ staged.
+  void sync_masters_(std::size_t batch,
+                     const Kokkos::View<const UpdateSlot*, Kokkos::HostSpace,
+                                        Kokkos::MemoryTraits<Kokkos::Unmanaged>>& slots);
   void drain_queues_() noexcept;
 
   DeviceExec device_;
@@ -128,6 +131,10 @@ class OffloadEngine final : public Engine {
   /// The policy's arrays, and a master of every param (an f32 param's: its host copy).
   EngineState<StateMem, Policy> state_;
   Kokkos::View<unsigned char*, StateMem> staging_;  ///< per buffer: grads, then params
+  /// The batched copies of small segments (OffloadOptions::batch_copies_below), where the
+  /// device reads them: per segment two slots towards the host (grad, param to reconcile),
+  /// then one per segment towards the device; a batch's ops sit at its first segment's slots.
+  Kokkos::View<CopyOp*, StateMem> copy_ops_;
 
   // The step's plan: rebuilt when which params have grads (or their kernel class) changes.
   std::vector<int> signature_, next_signature_;
@@ -136,6 +143,7 @@ class OffloadEngine final : public Engine {
   std::vector<Batch> batches_;
   std::vector<ClassRange> ranges_;
   std::vector<Chunk> host_chunks_;      ///< slot = segment index
+  std::vector<Chunk> sync_chunks_;      ///< a batch's masters to reconcile (sync_masters_)
   std::vector<UpdateSlot> host_slots_;  ///< per segment, pointing into staging and state
   std::vector<Scalars> host_scalars_;   ///< this step's, rows named by host_slots_
   std::vector<CopyQueue::Ticket> grads_landed_, params_sent_;

@@ -186,6 +186,10 @@ void OffloadEngine<DeviceExec, StateMem, Policy>::build_plan_() {
       slot.grad_dtype = e.grad.dtype;
       state_.point(slot, e, s.begin);
     }
+  if (copy_ops_.extent(0) < 3 * segments_.size()) {
+    allocation_point();
+    copy_ops_ = decltype(copy_ops_)(label_ + "::copy_ops", 3 * segments_.size());
+  }
   norms_.set_pieces(device_, label_, norm_pieces, norm_chunk_size<DeviceExec>);
   if (device_slots_.extent(0) != registry_.size()) {
     allocation_point();
@@ -217,22 +221,25 @@ void OffloadEngine<DeviceExec, StateMem, Policy>::send_grads_(std::size_t batch)
     to_device_->wait(params_sent_[batch - depth]);
     times_.wait_staging += offload_detail::seconds_since(t0);
   }
-  if (mode_ != PipelineMode::update_only)
+  if (mode_ != PipelineMode::update_only) {
+    CopyOp* ops = copy_ops_.data() + 2 * batches_[batch].seg_first;
+    std::size_t count = 0;
     for (std::size_t i = batches_[batch].seg_first; i < batches_[batch].seg_last; ++i) {
       const Segment& s = segments_[i];
       const ParamEntry& e = registry_[s.entry];
       const std::size_t size = size_of(e.grad.dtype);
-      to_host_->copy(grad_stage_(batch) + s.stage * offload_detail::stride,
-                     static_cast<const unsigned char*>(e.grad.data) + s.begin * size, s.len * size);
+      send_(*to_host_, ops, count, grad_stage_(batch) + s.stage * offload_detail::stride,
+            static_cast<const unsigned char*>(e.grad.data) + s.begin * size, s.len * size);
       // A master to reconcile: the param comes along, into its f32 master (which simply
       // becomes the param) or the param staging that update_() reconciles the master with.
       if (registry_.sync_master(s.entry)) {
         const std::size_t psize = size_of(e.param.dtype);
-        to_host_->copy(const_cast<void*>(host_param_(batch, s)),
-                       static_cast<const unsigned char*>(e.param.data) + s.begin * psize,
-                       s.len * psize);
+        send_(*to_host_, ops, count, const_cast<void*>(host_param_(batch, s)),
+              static_cast<const unsigned char*>(e.param.data) + s.begin * psize, s.len * psize);
       }
     }
+    to_host_->copy_batch(ops, count);
+  }
   grads_landed_[batch] = to_host_->mark();
 }
 
@@ -245,8 +252,7 @@ void OffloadEngine<DeviceExec, StateMem, Policy>::update_(std::size_t batch) {
                                                                             host_slots_.size());
   const Kokkos::View<const Scalars*, Kokkos::HostSpace, Unmanaged> scalars(host_scalars_.data(),
                                                                            host_scalars_.size());
-  for (std::size_t i = batches_[batch].seg_first; i < batches_[batch].seg_last; ++i)
-    if (registry_.sync_master(segments_[i].entry)) sync_master_(batch, segments_[i]);
+  sync_masters_(batch, slots);
   for (std::size_t r = batches_[batch].range_first; r < batches_[batch].range_last; ++r) {
     const ClassRange& range = ranges_[r];
     const Kokkos::View<const Chunk*, Kokkos::HostSpace, Unmanaged> chunks(
@@ -262,15 +268,29 @@ void OffloadEngine<DeviceExec, StateMem, Policy>::update_(std::size_t batch) {
 
 template <class DeviceExec, class StateMem, class Policy>
 void OffloadEngine<DeviceExec, StateMem, Policy>::send_params_(std::size_t batch) {
-  if (mode_ != PipelineMode::update_only)
+  if (mode_ != PipelineMode::update_only) {
+    CopyOp* ops = copy_ops_.data() + 2 * segments_.size() + batches_[batch].seg_first;
+    std::size_t count = 0;
     for (std::size_t i = batches_[batch].seg_first; i < batches_[batch].seg_last; ++i) {
       const Segment& s = segments_[i];
       const Tensor& param = registry_[s.entry].param;
       const std::size_t size = size_of(param.dtype);
-      to_device_->copy(static_cast<unsigned char*>(param.data) + s.begin * size,
-                       host_param_(batch, s), s.len * size);
+      send_(*to_device_, ops, count, static_cast<unsigned char*>(param.data) + s.begin * size,
+            host_param_(batch, s), s.len * size);
     }
+    to_device_->copy_batch(ops, count);
+  }
   params_sent_[batch] = to_device_->mark();
+}
+
+template <class DeviceExec, class StateMem, class Policy>
+void OffloadEngine<DeviceExec, StateMem, Policy>::send_(CopyQueue& queue, CopyOp* ops,
+                                                        std::size_t& count, void* dst,
+                                                        const void* src, std::size_t bytes) const {
+  if (bytes >= options_.batch_copies_below)
+    queue.copy(dst, src, bytes);
+  else if (bytes > 0)
+    ops[count++] = CopyOp{dst, src, bytes};
 }
 
 template <class DeviceExec, class StateMem, class Policy>
@@ -323,27 +343,24 @@ void OffloadEngine<DeviceExec, StateMem, Policy>::step(double grad_scale) {
 }
 
 template <class DeviceExec, class StateMem, class Policy>
-void OffloadEngine<DeviceExec, StateMem, Policy>::sync_span_(DType dtype, const void* param,
-                                                             const float* master, float* out,
-                                                             std::int64_t n) {
-  visit_update_dtype(dtype, [&](auto param_type) {
-    using ParamT = decltype(param_type);
-    if constexpr (!std::is_same_v<ParamT, float>)  // an f32 master is the param copied
-      Kokkos::parallel_for(
-          label_ + "::sync_master",
-          Kokkos::RangePolicy<HostExec, Kokkos::IndexType<std::int64_t>>(host_, 0, n),
-          SyncSpanFunctor<ParamT>{static_cast<const ParamT*>(param), master, out});
-  });
-  Impl::fence(host_, label_ + "::sync_master");
-}
-
-template <class DeviceExec, class StateMem, class Policy>
-void OffloadEngine<DeviceExec, StateMem, Policy>::sync_master_(std::size_t batch,
-                                                               const Segment& s) {
-  // The segment's param landed in staging with its grads (send_grads_).
-  const ParamEntry& e = registry_[s.entry];
-  float* master = state_.master().data() + e.state_offset + s.begin;
-  sync_span_(e.param.dtype, host_param_(batch, s), master, master, s.len);
+void OffloadEngine<DeviceExec, StateMem, Policy>::sync_masters_(
+    std::size_t batch, const Kokkos::View<const UpdateSlot*, Kokkos::HostSpace,
+                                          Kokkos::MemoryTraits<Kokkos::Unmanaged>>& slots) {
+  // The flagged segments' params landed in staging with their grads (send_grads_); an f32
+  // param landed in its master, which simply becomes it. One launch per 16-bit dtype for
+  // the whole batch (a launch per segment costs a fork and join each: 100,000 tiny params
+  // took seconds).
+  for (const DType dtype : {DType::bf16, DType::f16}) {
+    sync_chunks_.clear();
+    for (std::size_t i = batches_[batch].seg_first; i < batches_[batch].seg_last; ++i)
+      if (registry_.sync_master(segments_[i].entry) &&
+          registry_[segments_[i].entry].param.dtype == dtype)
+        append_chunks(sync_chunks_, i, segments_[i].len, chunk_size<HostExec>);
+    using Unmanaged = Kokkos::MemoryTraits<Kokkos::Unmanaged>;
+    launch_sync(host_, label_ + "::sync_master", dtype, slots,
+                Kokkos::View<const Chunk*, Kokkos::HostSpace, Unmanaged>(sync_chunks_.data(),
+                                                                         sync_chunks_.size()));
+  }
 }
 
 template <class DeviceExec, class StateMem, class Policy>

@@ -12,6 +12,7 @@
 
 #include <Kokkos_Core.hpp>
 #include <algorithm>
+#include <atomic>
 #include <cassert>
 #include <cstdint>
 #include <kopt/compat.hpp>
@@ -416,13 +417,41 @@ struct FusedUpdateFunctor {
   }
 };
 
+/// Whether launch_chunks runs the device path (a league of teams) on host spaces too. Only
+/// the host path runs where there is no GPU, as in CI: tests switch this on (ScopedTeamPaths)
+/// to run every chunk kernel's team operator on Serial and OpenMP and compare it bitwise with
+/// the host path, so an indexing bug in device code fails on any machine. Off otherwise; one
+/// relaxed load per launch.
+inline std::atomic<bool>& host_team_paths() {
+  static std::atomic<bool> on{false};
+  return on;
+}
+/// Sets host_team_paths() for its lifetime (not nested, not concurrent with other launches'
+/// threads that must keep the host path).
+struct ScopedTeamPaths {
+  ScopedTeamPaths() { host_team_paths() = true; }
+  ~ScopedTeamPaths() { host_team_paths() = false; }
+  ScopedTeamPaths(const ScopedTeamPaths&) = delete;
+  ScopedTeamPaths& operator=(const ScopedTeamPaths&) = delete;
+};
+
 /// Launches `functor` over `num_chunks` chunks on `exec`: a range over chunks on the host,
-/// a league of teams on devices. Every kopt chunk kernel goes through here.
+/// a league of teams on devices (and on the host under ScopedTeamPaths, with teams as large
+/// as the space allows up to device_team_size: OpenMP's threads, Serial's one). Every kopt
+/// chunk kernel goes through here.
 template <class ExecSpace, class Functor>
 void launch_chunks(const ExecSpace& exec, const std::string& label, std::int64_t num_chunks,
                    const Functor& functor) {
   if (num_chunks == 0) return;
   if constexpr (runs_on_host<ExecSpace>) {
+    if (host_team_paths().load(std::memory_order_relaxed)) {
+      const Kokkos::TeamPolicy<ExecSpace> probe(exec, static_cast<int>(num_chunks), 1);
+      const int size =
+          std::min(device_team_size, probe.team_size_max(functor, Kokkos::ParallelForTag()));
+      Kokkos::parallel_for(
+          label, Kokkos::TeamPolicy<ExecSpace>(exec, static_cast<int>(num_chunks), size), functor);
+      return;
+    }
     Kokkos::parallel_for(label,
                          Kokkos::RangePolicy<ExecSpace, Kokkos::Schedule<Kokkos::Dynamic>,
                                              Kokkos::IndexType<std::int64_t>>(exec, 0, num_chunks),

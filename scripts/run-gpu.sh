@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# One command on a machine with an NVIDIA GPU: builds kopt for CUDA (or takes a build made
+# elsewhere), runs the whole test suite with CUDA as Kokkos' default execution space (device
+# and hybrid groups, offload over real copies, sharded runs under mpirun at 1-4 ranks), then
+# the perf suite's GPU rows, and writes a summary that names the GPU.
+#
+# Usage: bash scripts/run-gpu.sh [--build-dir DIR] [--tests-only | --perf-only] [--no-gpu-check]
+#                                [--full | --smoke] [Google Benchmark flags]
+#   --build-dir DIR  a tree already configured and built for CUDA (e.g. built on another machine
+#                    and copied with its paths): nothing is built, it is run as it is
+#   --tests-only, --perf-only   one half only
+#   --no-gpu-check   run even where nvidia-smi sees no GPU (to try the script itself against a
+#                    host-only build: KOPT_GPU_SPACE=OpenMP)
+#   --full, --smoke and --benchmark_* flags go to the perf suite (every size; tiny sizes)
+# Kokkos: Kokkos_ROOT (or CMAKE_PREFIX_PATH) pointing at a CUDA-enabled Kokkos (CUDA 13 needs
+# Kokkos >= 4.7.01; see docs/cuda-builds.md), built with its nvcc_wrapper (or CXX); else the
+# bootstrap's CUDA build (scripts/bootstrap-deps.sh --with-cuda: Kokkos 3.4.01, Debian's CUDA
+# 11.8 and Clang 16, sm_80 code with PTX that newer GPUs JIT-compile).
+# Env: KOPT_BUILD_DIR (default build/gpu), KOPT_GPU_SPACE (the perf rows' space, default Cuda).
+# Results: $build/results-gpu/ (ctest.log, kopt_bench-gpu.json, summary.txt).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build="${KOPT_BUILD_DIR:-build/gpu}" prebuilt=0 tests=1 perf=1 gpu_check=1 bench_args=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --build-dir) build="$2" prebuilt=1; shift ;;
+    --tests-only) perf=0 ;;
+    --perf-only) tests=0 ;;
+    --no-gpu-check) gpu_check=0 ;;
+    --full | --smoke | --benchmark_*) bench_args+=("$1") ;;
+    *) echo "run-gpu.sh: unknown option '$1'" >&2; exit 2 ;;
+  esac
+  shift
+done
+space="${KOPT_GPU_SPACE:-Cuda}"
+
+gpu="none"
+if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then
+  gpu="$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | head -n 1)"
+elif [ "$gpu_check" = 1 ]; then
+  echo "run-gpu.sh: no NVIDIA GPU visible (nvidia-smi); --no-gpu-check runs anyway" >&2
+  exit 1
+fi
+echo "=== GPU: $gpu"
+
+if [ "$prebuilt" = 0 ]; then
+  if [ -n "${Kokkos_ROOT:-}${CMAKE_PREFIX_PATH:-}" ]; then
+    # Your CUDA Kokkos: its nvcc_wrapper as the compiler (or CXX, e.g. a Clang it was built with).
+    prefix_path="$(bash scripts/bootstrap-deps.sh --with-mpi | tail -n 1)"
+    compiler="${CXX:-$(IFS=';'; for p in $prefix_path; do
+      find "$p" -maxdepth 3 -path '*/bin/nvcc_wrapper' -print -quit 2>/dev/null; done | head -n 1)}"
+    [ -n "$compiler" ] || { echo "run-gpu.sh: no nvcc_wrapper under $prefix_path; set CXX" >&2; exit 1; }
+    toolchain=(-DCMAKE_CXX_COMPILER="$compiler")
+  else
+    # The bootstrap's CUDA Kokkos (Clang 16 + Debian's CUDA 11.8) and its toolchain file.
+    prefix_path="$(bash scripts/bootstrap-deps.sh --with-mpi --with-cuda | tail -n 1)"
+    toolchain=(-DCMAKE_TOOLCHAIN_FILE="$prefix_path/toolchain.cmake")
+  fi
+  echo "=== building for CUDA in $build (${toolchain[*]})"
+  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$prefix_path" \
+    "${toolchain[@]}" -Dkopt_ENABLE_TESTS=ON -Dkopt_ENABLE_EXAMPLES=ON \
+    -Dkopt_ENABLE_BENCHMARKS=ON -Dkopt_ENABLE_WERROR=ON -Dkopt_ENABLE_MPI=ON
+  cmake --build "$build" -j "$(nproc)"
+fi
+results="$build/results-gpu"
+mkdir -p "$results"
+rm -f "$results/summary.txt" "$results/perf.txt"
+status=0
+
+if [ "$tests" = 1 ]; then
+  echo "=== the test suite (ctest; CUDA is the default space of a CUDA build)"
+  (cd "$build" && ctest --output-on-failure -j 2) 2>&1 | tee "$results/ctest.log" || status=1
+fi
+
+if [ "$perf" = 1 ]; then
+  # The rows on the GPU: the fused update of every variant beside the device-to-device copy
+  # (its ceiling), bf16/fp16 masters, 100,000 tiny tensors in one launch (adamw_*_split), the
+  # offload pipeline (overlap; tiny params batched), the host + device hybrid step.
+  bench="$build/perf/kopt_bench"
+  filter="/${space}(/|$)"
+  echo "=== kopt_bench rows on $space: $("$bench" "${bench_args[@]}" \
+    --benchmark_filter="$filter" --benchmark_list_tests | wc -l)"
+  OMP_PROC_BIND="${OMP_PROC_BIND:-spread}" OMP_PLACES="${OMP_PLACES:-threads}" \
+    KOPT_GIT_REVISION="$(git describe --always --dirty 2>/dev/null || echo unknown)" \
+    "$bench" "${bench_args[@]}" --benchmark_filter="$filter" --benchmark_out="$results/kopt_bench-gpu.json" \
+    --benchmark_out_format=json --benchmark_color=false || status=1
+  python3 scripts/perf-report.py "$results/kopt_bench-gpu.json" > "$results/perf.txt" || status=1
+fi
+
+{
+  echo "GPU: $gpu"
+  echo "git: $(git describe --always --dirty 2>/dev/null || echo unknown)"
+  if [ "$tests" = 1 ]; then grep -E "tests passed|tests failed" "$results/ctest.log" || true; fi
+  if [ -f "$results/perf.txt" ]; then cat "$results/perf.txt"; fi
+} > "$results/summary.txt"
+echo
+cat "$results/summary.txt"
+echo "Results: $results/ (exit $status)"
+exit "$status"

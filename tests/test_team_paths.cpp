@@ -1,0 +1,126 @@
+// The device code paths, run on the host. Every chunk kernel (the fused update of every
+// algorithm, variant, dtype pair and storage form; the master sync; the grad norm) has a
+// host path (a range over chunks) and a device path (a league of teams striding through
+// each chunk), and only the first runs where there is no GPU. Under ScopedTeamPaths the
+// host spaces take the device path (OpenMP with teams of its threads): the same training
+// must give bitwise the same params and state, so a device indexing bug fails here.
+#include <gtest/gtest.h>
+
+#include <kopt/impl/update_kernel.hpp>
+#include <optional>
+
+#include "algorithm_world.hpp"
+
+namespace {
+
+using namespace kopt_test;
+using kopt::DType;
+using kopt::MasterStorage;
+
+struct Run {
+  std::vector<std::vector<double>> params;
+  std::map<std::string, SavedParam> state;
+};
+
+// Trains a fresh world 6 steps (clipped: the norm runs too) on one path or the other.
+Run train(bool teams, const std::vector<kopt::AlgorithmConfig>& configs,
+          const std::vector<ParamDef>& defs, const std::vector<bool>& host_state,
+          const std::vector<kopt::StateStorage>& storage) {
+  std::optional<kopt::Impl::ScopedTeamPaths> scope;
+  if (teams) scope.emplace();
+  kopt::HybridOptions options;
+  options.max_grad_norm = 0.5;  // below the grads' norm: every step clips
+  AlgorithmWorld w(configs, defs, options, 31, host_state, storage);
+  w.train(0, 3);
+  w.opt->reload_model_params();  // the masters are synced (a kernel of its own) at step 4
+  w.train(3, 3);
+  return {w.all_params(), saved_params(*w.opt)};
+}
+
+void expect_same_on_both_paths(const std::vector<kopt::AlgorithmConfig>& configs,
+                               const std::vector<ParamDef>& defs,
+                               const std::vector<bool>& host_state = {},
+                               const std::vector<kopt::StateStorage>& storage = {}) {
+  const Run range = train(false, configs, defs, host_state, storage);
+  const Run teams = train(true, configs, defs, host_state, storage);
+  ASSERT_EQ(range.params.size(), teams.params.size());
+  for (std::size_t j = 0; j < defs.size(); ++j) {
+    std::size_t differ = 0;
+    for (std::size_t i = 0; i < defs[j].n; ++i)
+      differ += bits_of(static_cast<float>(range.params[j][i])) !=
+                bits_of(static_cast<float>(teams.params[j][i]));
+    EXPECT_EQ(differ, 0u) << "param p" << j << " (" << kopt::name_of(defs[j].param) << "/"
+                          << kopt::name_of(defs[j].grad) << ", " << defs[j].n << " elements)";
+  }
+  for (const auto& [name, s] : range.state)
+    EXPECT_TRUE(s == teams.state.at(name)) << name << ": state differs between the paths";
+}
+
+// Every algorithm and variant (AdamW, Adam with amsgrad, SGD with Nesterov momentum and
+// without, Lion, Adagrad), each over params of every dtype pair; sizes of one element, odd
+// ones, more than one chunk (8,199 > 8,192), and an empty one. Group 1 also offloaded (the host engine's
+// launches).
+std::vector<kopt::AlgorithmConfig> every_algorithm() {
+  return {kopt::AdamConfig{.lr = 1e-2, .weight_decay = 0.01},
+          kopt::AdamConfig{.lr = 1e-2, .weight_decay = 0.1, .decoupled = false, .amsgrad = true},
+          kopt::SgdConfig{.lr = 0.05, .momentum = 0.9, .weight_decay = 0.01, .nesterov = true},
+          kopt::SgdConfig{.lr = 0.05},
+          kopt::LionConfig{.lr = 1e-3, .weight_decay = 0.1},
+          kopt::AdagradConfig{.lr = 0.05, .initial_accumulator_value = 0.1}};
+}
+
+std::vector<ParamDef> every_dtype_pair(std::size_t groups) {
+  const DType types[] = {DType::f32, DType::bf16, DType::f16};
+  const std::size_t sizes[] = {1, 13, 8199, 4097, 17, 300, 2, 1000, 65};
+  std::vector<ParamDef> defs;
+  std::size_t k = 0;
+  for (std::size_t g = 0; g < groups; ++g)
+    for (const DType p : types)
+      for (const DType grad : types) {
+        if ((k++ + g) % 3 != 0) continue;  // a third of the pairs per group, all pairs overall
+        defs.push_back({g, p, grad, true, sizes[(k + g) % 9]});
+      }
+  defs.push_back({0, DType::bf16, DType::bf16, true, 0});  // empty: no chunk of its own
+  return defs;
+}
+
+TEST(TeamPaths, EveryAlgorithmAndDtypePairStepsBitwiseLikeTheHostPath) {
+  const auto configs = every_algorithm();
+  expect_same_on_both_paths(configs, every_dtype_pair(configs.size()));
+  std::vector<bool> offloaded(configs.size(), false);
+  offloaded[1] = offloaded[2] = true;
+  expect_same_on_both_paths(configs, every_dtype_pair(configs.size()), offloaded);
+}
+
+// Every storage form the kernel compiles: fp32 masters with bf16 arrays, remainders with bf16
+// arrays, no masters (to nearest with f16 arrays: the staged form; stochastically with bf16
+// arrays), remainders beside per-array dtypes (bf16 exp_avg, fp32 exp_avg_sq).
+TEST(TeamPaths, EveryStorageFormStepsBitwiseLikeTheHostPath) {
+  const std::vector<kopt::AlgorithmConfig> configs = {
+      kopt::AdamConfig{.lr = 1e-2}, kopt::AdamConfig{.lr = 1e-2, .amsgrad = true},
+      kopt::SgdConfig{.lr = 0.05, .momentum = 0.9}, kopt::LionConfig{.lr = 1e-3},
+      kopt::AdamConfig{.lr = 1e-2}};
+  kopt::StateStorage mixed{.master = MasterStorage::remainder, .arrays = DType::bf16};
+  mixed.array_dtypes[1] = DType::f32;
+  const std::vector<kopt::StateStorage> storage = {
+      {.master = MasterStorage::f32, .arrays = DType::bf16},
+      {.master = MasterStorage::remainder, .arrays = DType::bf16},
+      {.master = MasterStorage::none, .arrays = DType::f16},
+      {.master = MasterStorage::none,
+       .arrays = DType::bf16,
+       .rounding = kopt::Rounding::stochastic,
+       .seed = 3},
+      mixed};
+  std::vector<ParamDef> defs;
+  const std::size_t sizes[] = {8199, 17, 1};
+  for (std::size_t g = 0; g < configs.size(); ++g)
+    for (std::size_t k = 0; k < 3; ++k)  // bf16 params with each grad dtype (f32 in group 0)
+      defs.push_back({g, g == 0 && k == 2 ? DType::f32 : DType::bf16,
+                      k == 0   ? DType::bf16
+                      : k == 1 ? DType::f32
+                               : DType::f16,
+                      true, sizes[(k + g) % 3]});
+  expect_same_on_both_paths(configs, defs, {}, storage);
+}
+
+}  // namespace
