@@ -141,8 +141,7 @@ TEST(RemainderZero1, ShardedRemainderRunsMatchOneProcessBitwise) {
   for (const kopt::StateStorage form :
        {kopt::StateStorage{.master = kopt::MasterStorage::remainder},
         kopt::StateStorage{.master = kopt::MasterStorage::remainder, .arrays = DType::bf16},
-        kopt::StateStorage{.master = kopt::MasterStorage::remainder,
-                           .array_dtypes = {DType::f16}}})
+        kopt::StateStorage{.master = kopt::MasterStorage::remainder, .array_dtypes = {DType::f16}}})
     for (const kopt::AlgorithmConfig& config :
          {kopt::AlgorithmConfig(kopt::AdamConfig{.lr = 1e-3}),
           kopt::AlgorithmConfig(kopt::SgdConfig{.lr = 0.05, .momentum = 0.9})}) {
@@ -181,7 +180,8 @@ TEST(NoMasterZero, ShardedRunsWithoutMastersMatchOneProcessBitwise) {
       for (const kopt::ZeroStage stage : {kopt::ZeroStage::one, kopt::ZeroStage::two}) {
         const bool two = stage == kopt::ZeroStage::two;
         SCOPED_TRACE(std::string(kopt::name_of(rounding)) +
-                     (arrays == DType::bf16 ? ", bf16 state" : "") + (two ? ", ZeRO-2" : ", ZeRO-1"));
+                     (arrays == DType::bf16 ? ", bf16 state" : "") +
+                     (two ? ", ZeRO-2" : ", ZeRO-1"));
         const kopt::AlgorithmConfig config = kopt::AdamConfig{.lr = 1e-3};
         const std::uint64_t seed = rounding == kopt::Rounding::stochastic ? 7 : 0;
         const std::vector<kopt::StateStorage> storage = {{.master = kopt::MasterStorage::none,
