@@ -4,11 +4,13 @@
 # and hybrid groups, offload over real copies, sharded runs under mpirun at 1-4 ranks), then
 # the perf suite's GPU rows, and writes a summary that names the GPU.
 #
-# Usage: bash scripts/run-gpu.sh [--build-dir DIR] [--tests-only | --perf-only] [--no-gpu-check]
-#                                [--full | --smoke] [Google Benchmark flags]
+# Usage: bash scripts/run-gpu.sh [--build-dir DIR] [--tests-only | --perf-only | --build-only]
+#                                [--no-gpu-check] [--full | --smoke] [Google Benchmark flags]
 #   --build-dir DIR  a tree already configured and built for CUDA (e.g. built on another machine
 #                    and copied with its paths): nothing is built, it is run as it is
 #   --tests-only, --perf-only   one half only
+#   --build-only     build the whole tree for CUDA with -Werror and stop: no GPU needed (what
+#                    scripts/run-tests.sh does in its third pass, so CI compiles every CUDA path)
 #   --no-gpu-check   run even where nvidia-smi sees no GPU (to try the script itself against a
 #                    host-only build: KOPT_GPU_SPACE=OpenMP)
 #   --full, --smoke and --benchmark_* flags go to the perf suite (every size; tiny sizes)
@@ -20,12 +22,13 @@
 # Results: $build/results-gpu/ (ctest.log, kopt_bench-gpu.json, summary.txt).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-build="${KOPT_BUILD_DIR:-build/gpu}" prebuilt=0 tests=1 perf=1 gpu_check=1 bench_args=()
+build="${KOPT_BUILD_DIR:-build/gpu}" prebuilt=0 tests=1 perf=1 gpu_check=1 build_only=0 bench_args=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --build-dir) build="$2" prebuilt=1; shift ;;
     --tests-only) perf=0 ;;
     --perf-only) tests=0 ;;
+    --build-only) build_only=1 gpu_check=0 ;;
     --no-gpu-check) gpu_check=0 ;;
     --full | --smoke | --benchmark_*) bench_args+=("$1") ;;
     *) echo "run-gpu.sh: unknown option '$1'" >&2; exit 2 ;;
@@ -61,6 +64,10 @@ if [ "$prebuilt" = 0 ]; then
     "${toolchain[@]}" -Dkopt_ENABLE_TESTS=ON -Dkopt_ENABLE_EXAMPLES=ON \
     -Dkopt_ENABLE_BENCHMARKS=ON -Dkopt_ENABLE_WERROR=ON -Dkopt_ENABLE_MPI=ON
   cmake --build "$build" -j "$(nproc)"
+fi
+if [ "$build_only" = 1 ]; then
+  echo "=== built for CUDA in $build (-Werror): not run (--build-only)"
+  exit 0
 fi
 results="$build/results-gpu"
 mkdir -p "$results"

@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # Builds kopt with its tests, examples, benchmarks and MPI support, and runs every test
 # (CTest; the MPI tests under mpirun at 1 to 4 ranks); then the tests again built with
-# AddressSanitizer + UndefinedBehaviorSanitizer.
+# AddressSanitizer + UndefinedBehaviorSanitizer; then compiles the whole tree for CUDA (no GPU
+# needed: scripts/run-gpu.sh --build-only).
 # Installs what it needs first (scripts/bootstrap-deps.sh). Usage: bash scripts/run-tests.sh
-# Env: KOPT_BUILD_DIR (default: build/tests; the sanitizer build goes to <it>-asan),
-# KOPT_DEPS_PREFIX (see bootstrap-deps.sh), KOPT_SANITIZERS=0 (skip the second pass).
+# Env: KOPT_BUILD_DIR (default: build/tests; the sanitizer build goes to <it>-asan, the CUDA
+# build to <it>-cuda), KOPT_DEPS_PREFIX (see bootstrap-deps.sh), KOPT_SANITIZERS=0 (skip the
+# second pass), KOPT_CUDA_BUILD=0 (skip the third; =1 runs it with your own Kokkos too).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+root="$PWD"
 prefix_path="$(bash scripts/bootstrap-deps.sh --with-mpi | tail -n 1)"
 build="${KOPT_BUILD_DIR:-build/tests}"
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$prefix_path" \
@@ -32,4 +35,19 @@ if [ "${KOPT_SANITIZERS:-1}" != 0 ]; then
   echo "=== the test suite again, under AddressSanitizer + UndefinedBehaviorSanitizer"
   ctest --output-on-failure -j "$(nproc)" -E "InstallTest|Fuzz|MPI"
   ASAN_OPTIONS=detect_leaks=0 ctest --output-on-failure -j "$(nproc)" -R "MPI"
+fi
+
+# A third pass: the library, tests, benchmarks and examples compiled for CUDA with -Werror, so
+# every device path compiles on every run, GPU or not (scripts/run-gpu.sh --build-only: the
+# bootstrap's Kokkos 3.4.01 with Cuda, Debian's CUDA 11.8 and Clang 16; docs/cuda-builds.md).
+# Nothing runs: scripts/run-gpu.sh runs it all on a GPU. With your own Kokkos (Kokkos_ROOT or
+# CMAKE_PREFIX_PATH) it is skipped unless KOPT_CUDA_BUILD=1 (run-gpu.sh then uses its
+# nvcc_wrapper or CXX).
+cuda_build="${KOPT_CUDA_BUILD:-auto}"
+if [ "$cuda_build" = auto ] && [ -n "${Kokkos_ROOT:-}${CMAKE_PREFIX_PATH:-}" ]; then
+  echo "=== the CUDA compile pass skipped: your own Kokkos is in use (KOPT_CUDA_BUILD=1 runs it)"
+elif [ "$cuda_build" != 0 ]; then
+  cd "$root"
+  echo "=== the whole tree again, compiled for CUDA (-Werror; nothing is run)"
+  KOPT_BUILD_DIR="${build}-cuda" bash scripts/run-gpu.sh --build-only
 fi

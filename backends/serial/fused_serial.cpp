@@ -2,6 +2,8 @@
 // include/kopt/; this file only instantiates it for the space.
 #include <kopt/impl/fused_engine_def.hpp>
 
-template class kopt::FusedOptimizer<Kokkos::Serial, kopt::Impl::AdamPolicy>;
+#define KOPT_INSTANTIATE_FUSED_OPTIMIZER(Space, Policy) \
+  template class kopt::FusedOptimizer<Space, Policy>;
+KOPT_FOR_EACH_POLICY(KOPT_INSTANTIATE_FUSED_OPTIMIZER, Kokkos::Serial)
 template std::unique_ptr<kopt::Impl::Engine> kopt::Impl::make_fused_engine<Kokkos::Serial>(
     const Kokkos::Serial&, std::size_t, const std::string&, const kopt::StateStorage&);

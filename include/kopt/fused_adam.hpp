@@ -69,11 +69,3 @@ class FusedAdam : public FusedOptimizer<ExecSpace, Impl::AdamPolicy> {
 };
 
 }  // namespace kopt
-
-namespace kopt {
-// Adam's engine is compiled into the library for every space of the build
-// (backends/<space>/fused_<space>.cpp).
-#define KOPT_EXTERN_FUSED_ADAM(Space) extern template class FusedOptimizer<Space, Impl::AdamPolicy>;
-KOPT_FOR_EACH_BACKEND(KOPT_EXTERN_FUSED_ADAM)
-#undef KOPT_EXTERN_FUSED_ADAM
-}  // namespace kopt

@@ -9,6 +9,7 @@
 #include <Kokkos_Core.hpp>
 #include <cstdint>
 #include <kopt/grad_norm.hpp>
+#include <kopt/impl/backends.hpp>
 #include <kopt/impl/engine_state.hpp>
 #include <kopt/impl/param_registry.hpp>
 #include <kopt/impl/policies.hpp>
@@ -208,4 +209,17 @@ class FusedOptimizer {
   typename Kokkos::View<std::int64_t*, memory_space>::HostMirror row_steps_host_;
 };
 
+}  // namespace kopt
+
+namespace kopt {
+// Every algorithm's engine is compiled into the library for every space of the build
+// (backends/<space>/fused_<space>.cpp): code that includes the member definitions
+// (fused_optimizer_def.hpp: the tests, the perf suite) links those instead of compiling the
+// kernels again.
+#define KOPT_EXTERN_FUSED_OPTIMIZER(Space, Policy) \
+  extern template class FusedOptimizer<Space, Policy>;
+#define KOPT_EXTERN_FUSED_OPTIMIZERS(Space) KOPT_FOR_EACH_POLICY(KOPT_EXTERN_FUSED_OPTIMIZER, Space)
+KOPT_FOR_EACH_BACKEND(KOPT_EXTERN_FUSED_OPTIMIZERS)
+#undef KOPT_EXTERN_FUSED_OPTIMIZERS
+#undef KOPT_EXTERN_FUSED_OPTIMIZER
 }  // namespace kopt

@@ -9,8 +9,30 @@
 #include <kopt/impl/policies/lion.hpp>
 #include <kopt/impl/policies/sgd.hpp>
 #include <tuple>
+#include <type_traits>
+#include <variant>
+
+/// X(arg, Policy) for each algorithm's policy, in AlgorithmConfig's order, for what must be
+/// spelled per policy (the engines' explicit instantiations). The static_assert below fails
+/// the build when an algorithm is added to AlgorithmConfig and not here.
+#define KOPT_FOR_EACH_POLICY(X, arg) \
+  X(arg, kopt::Impl::AdamPolicy)     \
+  X(arg, kopt::Impl::SgdPolicy) X(arg, kopt::Impl::LionPolicy) X(arg, kopt::Impl::AdagradPolicy)
 
 namespace kopt::Impl {
+
+namespace detail {
+template <class... P>
+struct PolicyList {};
+template <class... P>
+constexpr bool configs_in_order(PolicyList<void, P...>) {
+  return std::is_same_v<std::variant<typename P::Config...>, AlgorithmConfig>;
+}
+#define KOPT_POLICY_TYPE(arg, P) , P
+static_assert(configs_in_order(PolicyList<void KOPT_FOR_EACH_POLICY(KOPT_POLICY_TYPE, )>{}),
+              "KOPT_FOR_EACH_POLICY must list the policy of every AlgorithmConfig, in its order");
+#undef KOPT_POLICY_TYPE
+}  // namespace detail
 
 /// Calls f(Policy{}) with the policy of algorithm `index` (an AlgorithmConfig index).
 template <class F>
