@@ -63,6 +63,11 @@ if [ "$prebuilt" = 0 ]; then
   cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$prefix_path" \
     "${toolchain[@]}" -Dkopt_ENABLE_TESTS=ON -Dkopt_ENABLE_EXAMPLES=ON \
     -Dkopt_ENABLE_BENCHMARKS=ON -Dkopt_ENABLE_WERROR=ON -Dkopt_ENABLE_MPI=ON
+  # The spaces kopt compiles for come from the Kokkos it found: make sure Cuda is one of them.
+  grep -q 'Kokkos::Cuda' "$build/include/kopt/impl/backends.hpp" || {
+    echo "run-gpu.sh: the Kokkos found ($prefix_path) has no Cuda backend" >&2
+    exit 1
+  }
   cmake --build "$build" -j "$(nproc)"
 fi
 if [ "$build_only" = 1 ]; then
