@@ -27,9 +27,15 @@ if [ "${KOPT_SANITIZERS:-1}" != 0 ]; then
   cd - >/dev/null
   asan="${build}-asan"
   flags="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined"
+  # -O1 -g1 (line tables; asserts on): half the compile time of -O2 -g for the kernel files
+  # (measured: 184 s against 383 s for fused_serial.cpp), with file:line in every report.
+  # GCC's -Wmaybe-uninitialized is unreliable under -fsanitize at -O1 (false positives inside
+  # std::variant); the first pass keeps it, with -Werror.
   cmake -S . -B "$asan" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_PREFIX_PATH="$prefix_path" \
+    -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1" \
     -Dkopt_ENABLE_TESTS=ON -Dkopt_ENABLE_WERROR=ON -Dkopt_ENABLE_MPI=ON \
-    -DCMAKE_CXX_FLAGS="$flags" -DCMAKE_C_FLAGS="$flags" -DCMAKE_EXE_LINKER_FLAGS="$flags"
+    -DCMAKE_CXX_FLAGS="$flags -Wno-maybe-uninitialized" -DCMAKE_C_FLAGS="$flags" \
+    -DCMAKE_EXE_LINKER_FLAGS="$flags"
   cmake --build "$asan" -j "$(nproc)"
   cd "$asan"
   echo "=== the test suite again, under AddressSanitizer + UndefinedBehaviorSanitizer"
