@@ -46,14 +46,21 @@ fi
 # A third pass: the library, tests, benchmarks and examples compiled for CUDA with -Werror, so
 # every device path compiles on every run, GPU or not (scripts/run-gpu.sh --build-only: the
 # bootstrap's Kokkos 3.4.01 with Cuda, Debian's CUDA 11.8 and Clang 16; docs/cuda-builds.md).
-# Nothing runs: scripts/run-gpu.sh runs it all on a GPU. With your own Kokkos (Kokkos_ROOT or
-# CMAKE_PREFIX_PATH) it is skipped unless KOPT_CUDA_BUILD=1 (run-gpu.sh then uses its
-# nvcc_wrapper or CXX).
+# Nothing runs: scripts/run-gpu.sh runs it all on a GPU. With your own Kokkos (found through
+# Kokkos_ROOT or CMAKE_PREFIX_PATH) it is skipped unless KOPT_CUDA_BUILD=1 (run-gpu.sh then
+# uses that Kokkos with its nvcc_wrapper or CXX).
+cd "$root"
+deps_prefix="${KOPT_DEPS_PREFIX:-${XDG_CACHE_HOME:-$HOME/.cache}/kopt-deps}"
 cuda_build="${KOPT_CUDA_BUILD:-auto}"
-if [ "$cuda_build" = auto ] && [ -n "${Kokkos_ROOT:-}${CMAKE_PREFIX_PATH:-}" ]; then
-  echo "=== the CUDA compile pass skipped: your own Kokkos is in use (KOPT_CUDA_BUILD=1 runs it)"
-elif [ "$cuda_build" != 0 ]; then
-  cd "$root"
+if [ "$cuda_build" = 0 ]; then
+  echo "=== the CUDA compile pass skipped (KOPT_CUDA_BUILD=0)"
+elif [ "$prefix_path" = "$deps_prefix" ]; then
   echo "=== the whole tree again, compiled for CUDA (-Werror; nothing is run)"
+  env -u Kokkos_ROOT -u CMAKE_PREFIX_PATH KOPT_BUILD_DIR="${build}-cuda" \
+    bash scripts/run-gpu.sh --build-only
+elif [ "$cuda_build" = 1 ]; then
+  echo "=== the whole tree again, compiled for CUDA with your Kokkos (-Werror; nothing is run)"
   KOPT_BUILD_DIR="${build}-cuda" bash scripts/run-gpu.sh --build-only
+else
+  echo "=== the CUDA compile pass skipped: your own Kokkos is in use (KOPT_CUDA_BUILD=1 runs it)"
 fi
