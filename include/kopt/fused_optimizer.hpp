@@ -37,7 +37,7 @@ struct StateView {
   Kokkos::View<const float*, MemSpace> master;
   /// The masters' remainders (MasterStorage::remainder; else empty): the engine's own array.
   Kokkos::View<const std::uint16_t*, MemSpace> remainder;
-  std::int64_t step = 0;                        ///< completed updates
+  std::int64_t step = 0;  ///< completed updates
 };
 
 template <class ExecSpace, class Policy>
