@@ -17,8 +17,8 @@
 #   --with-peers      also install python3-dev and python3-venv, then torch and DeepSpeed from
 #                     PyPI into a venv in the cache prefix (scripts/bootstrap-peers.sh; the perf
 #                     suite's Python peers, perf/peers.py)
-#   --with-cuda       instead build Kokkos and Kokkos Kernels 3.4.01 with Cuda (sm_80 code plus
-#                     its PTX, which Hopper JITs) + OpenMP + Serial into "$prefix/cuda", and print
+#   --with-cuda       instead build Kokkos and Kokkos Kernels 3.4.01 with Cuda (machine code for
+#                     sm_80 and sm_90: Ampere/Ada and Hopper) + OpenMP + Serial into "$prefix/cuda", and print
 #                     that prefix; configure kopt with -DCMAKE_TOOLCHAIN_FILE=<it>/toolchain.cmake.
 #                     Compile-only (no GPU needed). Debian's CUDA 11.8 (non-free) with Clang 16 as
 #                     the CUDA compiler: nvcc 11.8 has no C++20 (docs/cuda-builds.md).
@@ -114,7 +114,7 @@ for p in "${user_paths[@]}"; do
 done
 
 dest="$prefix" stamp="$prefix/.kopt-deps-3.4.01-openmp" what="OpenMP+Serial"
-[ "$want_cuda" = 1 ] && dest="$prefix/cuda" stamp="$prefix/cuda/.kopt-deps-3.4.01-cuda" what="Cuda+OpenMP+Serial"
+[ "$want_cuda" = 1 ] && dest="$prefix/cuda" stamp="$prefix/cuda/.kopt-deps-3.4.01-cuda-sm80-sm90" what="Cuda+OpenMP+Serial"
 if [ -f "$stamp" ]; then
   log "Kokkos 3.4.01 ($what) and Kokkos Kernels cached in $dest"
   echo "$dest"
@@ -185,10 +185,29 @@ if [ "$want_cuda" = 1 ]; then
   dpkg -L nvidia-cuda-dev | grep '^/usr/include/[^/]*$' | xargs -I{} ln -sfn {} "$dest/cuda-include/"
   cuda_flags="--gcc-install-dir=/usr/lib/gcc/x86_64-linux-gnu/11 -I$dest/cuda-include"
   cuda_flags+=" -Wno-unknown-cuda-version"  # Clang 16 knows CUDA up to 11.5 in full
+  # Machine code for Hopper beside Kokkos' sm_80: Kokkos 3.4 knows no Hopper arch, and its
+  # Cuda::initialize aborts when the code that runs was built for another major compute
+  # capability, so sm_80 PTX JIT-compiled on an H100/H200 is refused (seen on an H200). The
+  # arch goes on CUDA compiles only (Kokkos' `-x cuda`): on a link line with -fopenmp Clang
+  # would take it for OpenMP offloading.
+  mkdir -p "$dest/bin"
+  cat >"$dest/bin/kopt-clang-cuda" <<'EOF'
+#!/bin/sh
+# Written by kopt's scripts/bootstrap-deps.sh --with-cuda: clang++-16, plus sm_90 machine code
+# on every CUDA compile (Kokkos 3.4.01 itself asks for sm_80).
+cuda=0 prev=
+for a in "$@"; do
+  if [ "$prev" = -x ] && [ "$a" = cuda ]; then cuda=1; fi
+  prev="$a"
+done
+if [ "$cuda" = 1 ]; then exec clang++-16 "$@" --cuda-gpu-arch=sm_90; fi
+exec clang++-16 "$@"
+EOF
+  chmod +x "$dest/bin/kopt-clang-cuda"
   cat >"$dest/toolchain.cmake" <<EOF
 # Written by kopt's scripts/bootstrap-deps.sh --with-cuda: Clang 16 compiles CUDA against
-# Debian's CUDA 11.8, with libstdc++ 11.
-set(CMAKE_CXX_COMPILER clang++-16)
+# Debian's CUDA 11.8, with libstdc++ 11, for sm_80 and sm_90 (bin/kopt-clang-cuda).
+set(CMAKE_CXX_COMPILER "$dest/bin/kopt-clang-cuda")
 set(CMAKE_CXX_FLAGS_INIT "$cuda_flags")
 set(CUDAToolkit_ROOT /usr)
 # Kokkos would route every compile through its launcher script, which is not needed with one

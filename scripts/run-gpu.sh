@@ -17,12 +17,12 @@
 # Kokkos: Kokkos_ROOT (or CMAKE_PREFIX_PATH) pointing at a CUDA-enabled Kokkos (CUDA 13 needs
 # Kokkos >= 4.7.01; see docs/cuda-builds.md), built with its nvcc_wrapper (or CXX); else the
 # bootstrap's CUDA build (scripts/bootstrap-deps.sh --with-cuda: Kokkos 3.4.01, Debian's CUDA
-# 11.8 and Clang 16, sm_80 code with PTX that newer GPUs JIT-compile).
+# 11.8 and Clang 16, machine code for sm_80 and sm_90: Ampere, Ada and Hopper GPUs).
 # Env: KOPT_BUILD_DIR (default build/gpu), KOPT_GPU_SPACE (the perf rows' space, default Cuda).
 # Results: $build/results-gpu/ (ctest.log, kopt_bench-gpu.json, summary.txt).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-build="${KOPT_BUILD_DIR:-build/gpu}" prebuilt=0 tests=1 perf=1 gpu_check=1 build_only=0 bench_args=()
+build="${KOPT_BUILD_DIR:-build/gpu}" want_arch="" prebuilt=0 tests=1 perf=1 gpu_check=1 build_only=0 bench_args=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --build-dir) build="$2" prebuilt=1; shift ;;
@@ -44,7 +44,7 @@ elif [ "$gpu_check" = 1 ]; then
   echo "run-gpu.sh: no NVIDIA GPU visible (nvidia-smi); --no-gpu-check runs anyway" >&2
   exit 1
 fi
-echo "=== GPU: $gpu"
+[ "$build_only" = 1 ] || echo "=== GPU: $gpu"
 
 if [ "$prebuilt" = 0 ]; then
   if [ -n "${Kokkos_ROOT:-}${CMAKE_PREFIX_PATH:-}" ]; then
@@ -58,6 +58,7 @@ if [ "$prebuilt" = 0 ]; then
     # The bootstrap's CUDA Kokkos (Clang 16 + Debian's CUDA 11.8) and its toolchain file.
     prefix_path="$(bash scripts/bootstrap-deps.sh --with-mpi --with-cuda | tail -n 1)"
     toolchain=(-DCMAKE_TOOLCHAIN_FILE="$prefix_path/toolchain.cmake")
+    want_arch=sm_90  # Kokkos 3.4 refuses to run its sm_80 code on Hopper (bootstrap-deps.sh)
   fi
   echo "=== building for CUDA in $build (${toolchain[*]})"
   cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$prefix_path" \
@@ -70,6 +71,27 @@ if [ "$prebuilt" = 0 ]; then
   }
   cmake --build "$build" -j "$(nproc)"
 fi
+
+# Two faults that only a GPU showed (docs/gpu-results.md), checked on the compiled code so
+# that CI, which has no GPU, catches them: an approximate float instruction in kopt's device
+# code (a device step would part from the host's bits: -ffp-contract=off keeps the rest
+# IEEE), and a build of the bootstrap's Kokkos 3.4 without sm_90 machine code.
+lib="$(find "$build" -maxdepth 1 -name 'libkopt.*' | head -n 1)"
+if ! command -v cuobjdump >/dev/null; then
+  echo "run-gpu.sh: no cuobjdump on PATH: kopt's device code not inspected" >&2
+elif [ -n "$lib" ]; then
+  approx="$(cuobjdump --dump-ptx "$lib" | grep -oE '\b[a-z0-9]+\.approx[.a-z0-9]*' | sort | uniq -c || true)"
+  [ -z "$approx" ] || {
+    echo "run-gpu.sh: approximate instructions in kopt's device code ($lib):" >&2
+    echo "$approx" >&2
+    exit 1
+  }
+  if [ -n "${want_arch:-}" ] && ! cuobjdump --list-elf "$lib" | grep -q "\.$want_arch\."; then
+    echo "run-gpu.sh: no $want_arch machine code in $lib" >&2
+    exit 1
+  fi
+  echo "=== device code: no approximate float instructions${want_arch:+, $want_arch machine code present}"
+fi
 if [ "$build_only" = 1 ]; then
   echo "=== built for CUDA in $build (-Werror): not run (--build-only)"
   exit 0
@@ -81,7 +103,10 @@ status=0
 
 if [ "$tests" = 1 ]; then
   echo "=== the test suite (ctest; CUDA is the default space of a CUDA build)"
-  (cd "$build" && ctest --output-on-failure -j 2) 2>&1 | tee "$results/ctest.log" || status=1
+  # Several test processes share the one GPU (each a CUDA context); 8 at most, as the MPI tests
+  # ask for up to 4 processors each.
+  jobs=$(nproc); [ "$jobs" -gt 8 ] && jobs=8
+  (cd "$build" && ctest --output-on-failure -j "$jobs") 2>&1 | tee "$results/ctest.log" || status=1
 fi
 
 if [ "$perf" = 1 ]; then

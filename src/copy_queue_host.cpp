@@ -67,18 +67,8 @@ CpuSet worker_cpus() { return {}; }
 void bind_this_thread(const CpuSet&) {}
 #endif
 
-std::atomic<std::int64_t> latency_us[2] = {0, 0};     // by CopyDirection
-std::atomic<std::int64_t> copies_before_failure{-1};  // the failure test hook; < 0: off
-
-// Whether the test hook fails this copy: counts down to 0, fails that one copy, turns off.
-bool injected_copy_failure() {
-  std::int64_t left = copies_before_failure.load(std::memory_order_relaxed);
-  while (left >= 0 && !copies_before_failure.compare_exchange_weak(left, left - 1)) {
-  }
-  return left == 0;
-}
+std::atomic<std::int64_t> latency_us[2] = {0, 0};  // by CopyDirection
 std::atomic<HostCopyWorkers> workers{HostCopyWorkers::shared};
-std::atomic<std::uint64_t> operations{0};  // the counting test hook
 
 class HostCopyQueue final : public CopyQueue {
  public:
@@ -112,9 +102,7 @@ class HostCopyQueue final : public CopyQueue {
     std::unique_lock<std::mutex> lock(mutex_);
     landed_.wait(lock, [&] { return completed_ >= ticket; });
     // Reported once, to the first waiter after it, as a stream reports an async error.
-    const bool failed = std::exchange(failed_, false);
-    KOPT_THROW_IF_AS(BackendError, failed,
-                     "a host offload copy failed (injected by the test hook)");
+    if (std::exchange(failed_, false)) throw_injected_copy_failure();
   }
 
  private:
@@ -131,7 +119,7 @@ class HostCopyQueue final : public CopyQueue {
       pending_.push_back(job);
       ++enqueued_;
     }
-    operations.fetch_add(1, std::memory_order_relaxed);
+    count_copy_operation();
     work_.notify_one();
   }
 
@@ -177,12 +165,8 @@ void set_host_copy_latency(std::chrono::microseconds to_host, std::chrono::micro
   latency_us[static_cast<int>(CopyDirection::to_device)] = to_device.count();
 }
 
-void set_host_copy_failure_after(std::int64_t copies) { copies_before_failure = copies; }
-
 void set_host_copy_workers(HostCopyWorkers layout) { workers = layout; }
 
 HostCopyWorkers host_copy_workers() { return workers; }
-
-std::uint64_t host_copy_operations() { return operations.load(std::memory_order_relaxed); }
 
 }  // namespace kopt::Impl

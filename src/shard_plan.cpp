@@ -82,13 +82,11 @@ void ShardPlan::check(std::size_t i, const Tensor& param, const Tensor& grad) co
                    "kopt::HybridOptimizer (sharded): grad " << describe(grad) << " of param " << i
                                                             << " does not match "
                                                             << describe(param));
-  KOPT_THROW_IF(
-      options_.stage == ZeroStage::two && !p.presharded &&
-          (grad.space == MemorySpace::cuda ||
-           (grad.dtype != DType::f32 && grad.dtype != DType::bf16 && grad.dtype != DType::f16)),
-      "kopt::HybridOptimizer (ZeRO-2): grad " << describe(grad) << " of param " << i
-                                              << " must be an f32, bf16 or f16 tensor "
-                                              << "in host-reachable memory");
+  // Device grads are fine: reduce_grads() stages them through host memory.
+  KOPT_THROW_IF(options_.stage == ZeroStage::two && !p.presharded && grad.dtype != DType::f32 &&
+                    grad.dtype != DType::bf16 && grad.dtype != DType::f16,
+                "kopt::HybridOptimizer (ZeRO-2): grad " << describe(grad) << " of param " << i
+                                                        << " must be an f32, bf16 or f16 tensor");
 }
 
 void ShardPlan::set(std::size_t i, const Tensor& param, const Tensor& grad) {

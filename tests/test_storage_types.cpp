@@ -213,13 +213,36 @@ void check_kernel_matches_host(const std::vector<float>& inputs) {
     ASSERT_EQ(bits_of(wide[b]), bits_of(H{static_cast<std::uint16_t>(b)}.to_float())) << b;
 }
 
+// Every value of H, its float neighbours, the ties halfway to the next value and theirs:
+// each rounding boundary (subnormals, the overflow to Inf, signs) where a device's own
+// conversion instruction (float16 on CUDA) could part from the host's.
+template <class H>
+std::vector<float> boundaries_of() {
+  std::vector<float> out;
+  for (std::uint32_t b = 0; b < 65536; ++b) {
+    const float v = H{static_cast<std::uint16_t>(b)}.to_float();
+    const float next = H{static_cast<std::uint16_t>(b + 1)}.to_float();
+    if (std::isnan(v)) continue;
+    out.insert(out.end(), {v, std::nextafter(v, -INFINITY), std::nextafter(v, INFINITY)});
+    if (std::isfinite(next) && (b & 0x7fffu) != 0x7fffu) {
+      const auto tie = static_cast<float>((static_cast<double>(v) + next) / 2);  // exact
+      out.insert(out.end(), {tie, std::nextafter(tie, -INFINITY), std::nextafter(tie, INFINITY)});
+    }
+  }
+  return out;
+}
+
 TYPED_TEST(StorageTypeOnSpace, KernelConversionsMatchHostBitwise) {
   std::mt19937 rng(7);
   std::uniform_int_distribution<std::uint32_t> any_bits;
   std::vector<float> inputs(1 << 20);
   for (auto& x : inputs) x = float_of(any_bits(rng));
+  for (const float x : {65504.0f, 65519.996f, 65520.0f, 0x1p-24f, 0x1p-25f, 0x1.8p-25f})
+    inputs.insert(inputs.end(), {x, -x});
   check_kernel_matches_host<bfloat16, TypeParam>(inputs);
   check_kernel_matches_host<float16, TypeParam>(inputs);
+  check_kernel_matches_host<bfloat16, TypeParam>(boundaries_of<bfloat16>());
+  check_kernel_matches_host<float16, TypeParam>(boundaries_of<float16>());
 }
 
 }  // namespace

@@ -59,15 +59,18 @@ class CudaCopyQueue final : public CopyQueue {
 
   void copy(void* dst, const void* src, std::size_t bytes) override {
     if (bytes == 0) return;
-    check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_), "cudaMemcpyAsync");
+    if (!hooks_fail_())
+      check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_), "cudaMemcpyAsync");
     ++enqueued_;
   }
   void copy_batch(const CopyOp* ops, std::size_t count) override {
     if (count == 0) return;
-    constexpr std::size_t max_blocks = 4096, threads = 256;
-    copy_batch_kernel<<<static_cast<unsigned>(std::min(count, max_blocks)), threads, 0, stream_>>>(
-        ops, count);
-    check(cudaGetLastError(), "the batched copy kernel's launch");
+    if (!hooks_fail_()) {
+      constexpr std::size_t max_blocks = 4096, threads = 256;
+      copy_batch_kernel<<<static_cast<unsigned>(std::min(count, max_blocks)), threads, 0,
+                          stream_>>>(ops, count);
+      check(cudaGetLastError(), "the batched copy kernel's launch");
+    }
     ++enqueued_;
   }
   Ticket mark() override {
@@ -90,18 +93,29 @@ class CudaCopyQueue final : public CopyQueue {
       free_.push_back(pending_.front().second);
       pending_.pop_front();
     }
-    if (pending_.empty()) {
+    if (pending_.empty())
       check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
-      return;
-    }
-    check(cudaEventSynchronize(pending_.front().second), "cudaEventSynchronize");
+    else
+      check(cudaEventSynchronize(pending_.front().second), "cudaEventSynchronize");
+    // Reported once, to the first waiter after it, as the host queue does.
+    if (std::exchange(failed_, false)) throw_injected_copy_failure();
   }
 
  private:
+  // The test hooks (copy_queue.hpp): counts the operation; true when it is to fail, which
+  // then enqueues nothing and the next wait reports it.
+  bool hooks_fail_() {
+    count_copy_operation();
+    const bool fail = injected_copy_failure();
+    failed_ = failed_ || fail;
+    return fail;
+  }
+
   cudaStream_t stream_ = nullptr;
   Ticket enqueued_ = 0;
   std::deque<std::pair<Ticket, cudaEvent_t>> pending_;
   std::vector<cudaEvent_t> free_;
+  bool failed_ = false;  // the failure hook failed an operation no wait has reported yet
 };
 
 }  // namespace

@@ -8,11 +8,22 @@
 #include <cstdint>
 #include <string>
 
-#if KOKKOS_VERSION >= 30700
-#define KOPT_SQRT ::Kokkos::sqrt
+namespace kopt::Impl {
+/// The correctly rounded square root on every backend, so that a step on the GPU gives the
+/// host's bits. Clang's CUDA compiles sqrtf to sqrt.approx.f32 (its libdevice reads
+/// __CUDA_PREC_SQRT as 0; seen on an H200 as offloaded groups one ulp off local ones);
+/// __fsqrt_rn is sqrt.rn.f32, what nvcc gives by default (-prec-sqrt=true).
+KOKKOS_INLINE_FUNCTION float sqrt_rn(float x) {
+#if defined(__CUDA_ARCH__)
+  return __fsqrt_rn(x);
+#elif KOKKOS_VERSION >= 30700
+  return ::Kokkos::sqrt(x);
 #else
-#define KOPT_SQRT ::Kokkos::Experimental::sqrt
+  return ::Kokkos::Experimental::sqrt(x);
 #endif
+}
+}  // namespace kopt::Impl
+#define KOPT_SQRT ::kopt::Impl::sqrt_rn
 
 /// No-alias qualifier for the kernels' local pointers: without it GCC versions the loop
 /// with runtime overlap checks, or gives up vectorizing it.

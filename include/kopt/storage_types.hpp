@@ -59,6 +59,15 @@ struct float16 {
     const std::uint32_t x = Impl::float_bits(f);
     const std::uint32_t sign = (x >> 16) & 0x8000u;
     const std::uint32_t ax = x & 0x7fffffffu;
+#if defined(__CUDA_ARCH__)
+    // The GPU's conversion rounds the same way in one instruction; the integer version below
+    // made steps with f16 moments compute-bound there (0.57 of their ceiling on an H200).
+    // NaN keeps this type's own rule (its payload, quieted), not the GPU's canonical NaN.
+    std::uint16_t rounded;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(rounded) : "f"(f));
+    const auto nan = static_cast<std::uint16_t>(sign | 0x7e00u | ((ax >> 13) & 0x3ffu));
+    return float16{ax > 0x7f800000u ? nan : rounded};
+#else
     // Normal range: rebias the exponent (127 -> 15) and round the 13 dropped bits.
     const std::uint32_t norm_base = (ax >> 13) - (112u << 10);
     const std::uint32_t norm_rem = ax & 0x1fffu;
@@ -82,6 +91,7 @@ struct float16 {
     h = ax >= 0x477ff000u ? 0x7c00u : h;  // 65520 and up round to Inf
     h = ax > 0x7f800000u ? nan : h;
     return float16{static_cast<std::uint16_t>(sign | h)};
+#endif
   }
   /// Exact: every float16 is a float.
   KOKKOS_FORCEINLINE_FUNCTION float to_float() const {
@@ -89,6 +99,13 @@ struct float16 {
     const std::uint32_t sign = (h & 0x8000u) << 16;
     const std::uint32_t e = (h >> 10) & 0x1fu;
     const std::uint32_t m = h & 0x3ffu;
+#if defined(__CUDA_ARCH__)
+    if (e != 0x1fu || m == 0u) {  // not NaN: one exact instruction (NaN keeps its payload below)
+      float f;
+      asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(bits));
+      return f;
+    }
+#endif
     const std::uint32_t normal = ((e + 112u) << 23) | (m << 13);
     const std::uint32_t special = 0x7f800000u | (m << 13);  // Inf, or NaN with its payload
     // A subnormal is m * 2^-24 = 1.f * 2^(p-24), p the top set bit of m: normalize in

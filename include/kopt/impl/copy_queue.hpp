@@ -68,12 +68,22 @@ HostCopyWorkers host_copy_workers();
 /// it fails every time, not by chance. A slower to_device direction exposes a staging buffer
 /// reused too early.
 void set_host_copy_latency(std::chrono::microseconds to_host, std::chrono::microseconds to_device);
-/// Test hook: the host queue operation after `copies` more fails (none of its bytes are
-/// copied; the next wait on its queue throws kopt::BackendError), as a device copy can;
-/// then the hook turns itself off. Negative (the default): off.
+/// Test hook: the host offload engines' copy queue operation after `copies` more fails (none
+/// of its bytes are copied; the next wait on its queue throws kopt::BackendError), as a device
+/// copy can; then the hook turns itself off. Negative (the default): off. Every queue obeys it
+/// (host and CUDA), so the pipeline's failure handling is tested on every build.
 void set_host_copy_failure_after(std::int64_t copies);
-/// Test hook: the operations (a copy, or a batch of them) host queues have enqueued since
-/// the process started, so tests can count what a step enqueues.
+/// Test hook: the operations (a copy, or a batch of them) the host offload engines' copy queues
+/// (host and CUDA) have enqueued since the process started, so tests can count what a step
+/// enqueues.
 std::uint64_t host_copy_operations();
+
+/// For the queues themselves (src/copy_queue_hooks.cpp): count_copy_operation() once per
+/// operation enqueued; injected_copy_failure() once per operation run, true for the one the
+/// failure hook fails (its bytes then stay uncopied); throw_injected_copy_failure() at the
+/// next wait on that queue.
+void count_copy_operation();
+bool injected_copy_failure();
+[[noreturn]] void throw_injected_copy_failure();
 
 }  // namespace kopt::Impl
