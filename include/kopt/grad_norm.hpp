@@ -60,6 +60,11 @@ struct GradChunkSumSqFunctor {
   Kokkos::View<ExactSum*, memory_space> partials_;
   Kokkos::View<float* [norm_block], memory_space> fragment_values_;
   std::int64_t bodies_;
+  /// Device path: the sum of block b of body chunk c at (c * blocks_per_chunk_ + b), for
+  /// JoinBlockSumsFunctor to add exactly. (An exact accumulator per thread took 146
+  /// registers, and with them 7 of every 8 warps an H200 could run.)
+  Kokkos::View<double*, memory_space> block_sums_ = {};
+  std::int64_t blocks_per_chunk_ = 0;
 
   KOKKOS_INLINE_FUNCTION float element(const UpdateSlot& slot, std::int64_t i) const {
     return slot.grad_dtype == DType::bf16  ? to_float(static_cast<const bfloat16*>(slot.grad)[i])
@@ -90,7 +95,7 @@ struct GradChunkSumSqFunctor {
     partials_(c) = acc;
   }
 
-  /// Device: one team per chunk, one thread per block, the team's block sums joined exactly.
+  /// Device: one team per chunk, one thread per block, each block's sum into block_sums_.
   template <class Member>
   KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
     const std::int64_t c = team.league_rank();
@@ -103,22 +108,35 @@ struct GradChunkSumSqFunctor {
                            });
       return;
     }
-    const std::int64_t blocks = (chunk.end - chunk.begin + norm_block - 1) / norm_block;
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, blocks_of(chunk)),
+                         [&](const std::int64_t b) {
+                           block_sums_(c * blocks_per_chunk_ + b) =
+                               slot.grad_dtype == DType::bf16
+                                   ? chunk_block_sum<bfloat16>(slot.grad, chunk.begin, chunk.end, b)
+                               : slot.grad_dtype == DType::f16
+                                   ? chunk_block_sum<float16>(slot.grad, chunk.begin, chunk.end, b)
+                                   : chunk_block_sum<float>(slot.grad, chunk.begin, chunk.end, b);
+                         });
+  }
+
+  KOKKOS_INLINE_FUNCTION static std::int64_t blocks_of(const Chunk& chunk) {
+    return (chunk.end - chunk.begin + norm_block - 1) / norm_block;
+  }
+};
+
+/// The device path's second pass: partials_(c) = the exact sum of body chunk c's block sums
+/// (exact, so the same bits as the host path's, whatever the order).
+template <class ExecSpace>
+struct JoinBlockSumsFunctor {
+  GradChunkSumSqFunctor<ExecSpace> pass;
+
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t c) const {
+    const std::int64_t blocks = GradChunkSumSqFunctor<ExecSpace>::blocks_of(pass.chunks_(c));
     ExactSum acc;
-    Kokkos::parallel_reduce(
-        Kokkos::TeamThreadRange(team, blocks),
-        [&](const std::int64_t b, ExactSum& sum) {
-          sum.add(slot.grad_dtype == DType::bf16
-                      ? chunk_block_sum<bfloat16>(slot.grad, chunk.begin, chunk.end, b)
-                  : slot.grad_dtype == DType::f16
-                      ? chunk_block_sum<float16>(slot.grad, chunk.begin, chunk.end, b)
-                      : chunk_block_sum<float>(slot.grad, chunk.begin, chunk.end, b));
-        },
-        ExactSumReducer<Kokkos::AnonymousSpace>(acc));
-    Kokkos::single(Kokkos::PerTeam(team), [&]() {
-      acc.normalize();
-      partials_(c) = acc;
-    });
+    for (std::int64_t b = 0; b < blocks; ++b)
+      acc.add(pass.block_sums_(c * pass.blocks_per_chunk_ + b));
+    acc.normalize();
+    pass.partials_(c) = acc;
   }
 };
 
@@ -187,7 +205,16 @@ class GradNorms {
         Kokkos::view_alloc(Kokkos::WithoutInitializing, label + "::norm_fragments"), meta.size());
     auto partials_host = Kokkos::create_mirror_view(partials);
     auto values_host = Kokkos::create_mirror_view(values);
+    Kokkos::View<double*, memory_space> block_sums;
+    if (!runs_on_host<ExecSpace>) {  // host spaces: only sums_with_teams, on demand
+      allocation_point();
+      block_sums = decltype(block_sums)(
+          Kokkos::view_alloc(Kokkos::WithoutInitializing, label + "::norm_block_sums"),
+          static_cast<std::size_t>(bodies * (chunk / norm_block)));
+    }
     chunks_ = table;
+    block_sums_ = block_sums;
+    blocks_per_chunk_ = chunk / norm_block;
     bodies_ = bodies;
     num_chunks_ = static_cast<std::int64_t>(chunks.size());
     partials_ = partials;
@@ -218,13 +245,24 @@ class GradNorms {
     out.sum = ExactSum();
     out.fragments = fragments_;
     if (num_chunks_ == 0) return;
-    const GradChunkSumSqFunctor<ExecSpace> functor{slots, chunks_, partials_, values_, bodies_};
+    GradChunkSumSqFunctor<ExecSpace> functor{slots,   chunks_,     partials_,        values_,
+                                             bodies_, block_sums_, blocks_per_chunk_};
+    // The team path (devices; host spaces in tests) sums blocks first, then joins them.
+    const bool team_path =
+        teams || !runs_on_host<ExecSpace> || host_team_paths().load(std::memory_order_relaxed);
+    const auto needed = static_cast<std::size_t>(bodies_ * blocks_per_chunk_);
+    if (team_path && block_sums_.extent(0) < needed)  // host spaces only: tests
+      block_sums_ = Kokkos::View<double*, memory_space>(label + "::norm_block_sums", needed);
+    functor.block_sums_ = block_sums_;
     if (teams && runs_on_host<ExecSpace>)
       Kokkos::parallel_for(
           label, Kokkos::TeamPolicy<ExecSpace>(exec, static_cast<int>(num_chunks_), Kokkos::AUTO),
           functor);
     else
       launch_chunks(exec, label, num_chunks_, functor);  // teams on devices
+    if (team_path)
+      Kokkos::parallel_for(label + "::join", Kokkos::RangePolicy<ExecSpace>(exec, 0, bodies_),
+                           JoinBlockSumsFunctor<ExecSpace>{functor});
     Kokkos::deep_copy(exec, partials_host_, partials_);
     Kokkos::deep_copy(exec, values_host_, values_);
     fence(exec, label);
@@ -243,6 +281,8 @@ class GradNorms {
   std::vector<NormFragment> fragments_;  ///< metadata of the fragment chunks, in order
   Kokkos::View<ExactSum*, memory_space> partials_;
   typename Kokkos::View<ExactSum*, memory_space>::HostMirror partials_host_;
+  mutable Kokkos::View<double*, memory_space> block_sums_;  ///< see the functor
+  std::int64_t blocks_per_chunk_ = 0;
   Kokkos::View<float* [norm_block], memory_space> values_;
   typename Kokkos::View<float* [norm_block], memory_space>::HostMirror values_host_;
 };
