@@ -206,7 +206,7 @@ class GradNorms {
     auto partials_host = Kokkos::create_mirror_view(partials);
     auto values_host = Kokkos::create_mirror_view(values);
     Kokkos::View<double*, memory_space> block_sums;
-    if (!runs_on_host<ExecSpace>) {  // host spaces: only sums_with_teams, on demand
+    if (!runs_on_host<ExecSpace>) {  // host spaces run the team path in tests only: on demand
       allocation_point();
       block_sums = decltype(block_sums)(
           Kokkos::view_alloc(Kokkos::WithoutInitializing, label + "::norm_block_sums"),
@@ -245,15 +245,14 @@ class GradNorms {
     out.sum = ExactSum();
     out.fragments = fragments_;
     if (num_chunks_ == 0) return;
-    GradChunkSumSqFunctor<ExecSpace> functor{slots,   chunks_,     partials_,        values_,
-                                             bodies_, block_sums_, blocks_per_chunk_};
     // The team path (devices; host spaces in tests) sums blocks first, then joins them.
     const bool team_path =
         teams || !runs_on_host<ExecSpace> || host_team_paths().load(std::memory_order_relaxed);
     const auto needed = static_cast<std::size_t>(bodies_ * blocks_per_chunk_);
     if (team_path && block_sums_.extent(0) < needed)  // host spaces only: tests
       block_sums_ = Kokkos::View<double*, memory_space>(label + "::norm_block_sums", needed);
-    functor.block_sums_ = block_sums_;
+    const GradChunkSumSqFunctor<ExecSpace> functor{slots,   chunks_,     partials_,        values_,
+                                                   bodies_, block_sums_, blocks_per_chunk_};
     if (teams && runs_on_host<ExecSpace>)
       Kokkos::parallel_for(
           label, Kokkos::TeamPolicy<ExecSpace>(exec, static_cast<int>(num_chunks_), Kokkos::AUTO),

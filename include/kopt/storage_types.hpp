@@ -59,14 +59,14 @@ struct float16 {
     const std::uint32_t x = Impl::float_bits(f);
     const std::uint32_t sign = (x >> 16) & 0x8000u;
     const std::uint32_t ax = x & 0x7fffffffu;
+    const std::uint32_t nan = 0x7e00u | ((ax >> 13) & 0x3ffu);  // quiet, payload kept
 #if defined(__CUDA_ARCH__)
     // The GPU's conversion rounds the same way in one instruction; the integer version below
     // made steps with f16 moments compute-bound there (0.57 of their ceiling on an H200).
     // NaN keeps this type's own rule (its payload, quieted), not the GPU's canonical NaN.
     std::uint16_t rounded;
     asm("cvt.rn.f16.f32 %0, %1;" : "=h"(rounded) : "f"(f));
-    const auto nan = static_cast<std::uint16_t>(sign | 0x7e00u | ((ax >> 13) & 0x3ffu));
-    return float16{ax > 0x7f800000u ? nan : rounded};
+    return float16{ax > 0x7f800000u ? static_cast<std::uint16_t>(sign | nan) : rounded};
 #else
     // Normal range: rebias the exponent (127 -> 15) and round the 13 dropped bits.
     const std::uint32_t norm_base = (ax >> 13) - (112u << 10);
@@ -86,7 +86,6 @@ struct float16 {
     const std::uint32_t sub_half = shift < 25u ? (1u << (shift - 1u)) : 0x1000000u;
     const std::uint32_t sub = sub_base + ((sub_rem > sub_half ? 1u : 0u) |
                                           ((sub_rem == sub_half ? 1u : 0u) & sub_base & 1u));
-    const std::uint32_t nan = 0x7e00u | ((ax >> 13) & 0x3ffu);
     std::uint32_t h = ax < 0x38800000u ? sub : norm;
     h = ax >= 0x477ff000u ? 0x7c00u : h;  // 65520 and up round to Inf
     h = ax > 0x7f800000u ? nan : h;

@@ -144,30 +144,4 @@ struct ExponentWindow {
   }
 };
 
-/// Kokkos reducer joining ExactSums (team reductions on devices): digit-wise integer adds,
-/// so any reduction tree gives the same digits.
-template <class Space>
-struct ExactSumReducer {
-  using reducer = ExactSumReducer;
-  using value_type = ExactSum;
-  using result_view_type = Kokkos::View<value_type, Space, Kokkos::MemoryUnmanaged>;
-
-  KOKKOS_INLINE_FUNCTION explicit ExactSumReducer(value_type& value) : value_(&value) {}
-  KOKKOS_INLINE_FUNCTION void join(value_type& dest, const value_type& src) const {
-    dest.join(src);
-  }
-  KOKKOS_INLINE_FUNCTION void join(volatile value_type& dest,
-                                   const volatile value_type& src) const {
-    for (int k = 0; k < ExactSum::num_digits; ++k) dest.digit[k] = dest.digit[k] + src.digit[k];
-    dest.special = dest.special | src.special;
-  }
-  KOKKOS_INLINE_FUNCTION void init(value_type& value) const { value = ExactSum(); }
-  KOKKOS_INLINE_FUNCTION value_type& reference() const { return *value_.data(); }
-  KOKKOS_INLINE_FUNCTION result_view_type view() const { return value_; }
-  KOKKOS_INLINE_FUNCTION bool references_scalar() const { return true; }
-
- private:
-  result_view_type value_;
-};
-
 }  // namespace kopt::Impl
