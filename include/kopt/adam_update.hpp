@@ -21,6 +21,51 @@ KOKKOS_FORCEINLINE_FUNCTION float finite_or(float lerp, float fallback) {
   return bits_float((l & keep) | (float_bits(fallback) & ~keep));
 }
 
+/// adam_update's guard: each interpolation where finite, else its fallback (computed always:
+/// branch-free, as the vector loops need).
+struct GuardEachElement {
+  template <class Fallback>
+  KOKKOS_FORCEINLINE_FUNCTION float operator()(float lerp, const Fallback& fallback) const {
+    return finite_or(lerp, fallback());
+  }
+};
+
+/// No guard: the interpolation as it is, with bit 31 of `overflow` set where it is not finite
+/// ((exponent bits + 1) carries into bit 31 only from an all-ones exponent). A caller runs a
+/// block unguarded and, where the flag comes back set, the block again with GuardEachElement;
+/// elements with finite interpolations are the same bits either way, so the pair is
+/// adam_update bit for bit without computing the fallbacks (a fifth of the work) on every
+/// element (kopt/impl/paired_loop.hpp).
+struct FlagOverflow {
+  std::uint32_t& overflow;
+  template <class Fallback>
+  KOKKOS_FORCEINLINE_FUNCTION float operator()(float lerp, const Fallback&) const {
+    overflow |= (float_bits(lerp) & 0x7f800000u) + 0x00800000u;
+    return lerp;
+  }
+};
+
+/// adam_update's math with either guard.
+template <bool Amsgrad, class Guard>
+KOKKOS_FORCEINLINE_FUNCTION float adam_update_guarded(float p, float grad, float& m, float& v,
+                                                      float& vmax, const AdamStepScalars& s,
+                                                      const Guard& guard) {
+  const float g = grad * s.grad_scale + s.l2_decay * p;
+  // The fallbacks take beta as 1 - (1 - beta) in float, off by ~3e-8: harmless, for they
+  // decide only elements whose interpolation overflowed (and v, once inf, stays inf).
+  const float a1 = s.one_minus_beta1, a2 = s.one_minus_beta2;
+  const float m0 = m, v0 = v;
+  m = guard(m0 + a1 * (g - m0), [&] { return (1.0f - a1) * m0 + a1 * g; });
+  v = guard(v0 + a2 * (g * g - v0), [&] { return (1.0f - a2) * v0 + (a2 * g) * g; });
+  float second = v;
+  if constexpr (Amsgrad) {
+    vmax = vmax < v ? v : vmax;
+    second = vmax;
+  }
+  const float denom = KOPT_SQRT(second) * s.inv_sqrt_bc2 + s.eps;
+  return p - (s.lr_decay * p + s.step_size * m / denom);
+}
+
 /// One element's fused Adam/AdamW update in float, with the step's scalars `s` (see
 /// AdamConfig for the equations; the scalars fold maximize into the sign of grad_scale,
 /// and Adam vs AdamW into l2_decay / lr_decay, so no per-element branch remains):
@@ -46,19 +91,7 @@ KOKKOS_FORCEINLINE_FUNCTION float finite_or(float lerp, float fallback) {
 template <bool Amsgrad>
 KOKKOS_FORCEINLINE_FUNCTION float adam_update(float p, float grad, float& m, float& v, float& vmax,
                                               const AdamStepScalars& s) {
-  const float g = grad * s.grad_scale + s.l2_decay * p;
-  // The fallbacks take beta as 1 - (1 - beta) in float, off by ~3e-8: harmless, for they
-  // decide only elements whose interpolation overflowed (and v, once inf, stays inf).
-  const float a1 = s.one_minus_beta1, a2 = s.one_minus_beta2;
-  m = finite_or(m + a1 * (g - m), (1.0f - a1) * m + a1 * g);
-  v = finite_or(v + a2 * (g * g - v), (1.0f - a2) * v + (a2 * g) * g);
-  float second = v;
-  if constexpr (Amsgrad) {
-    vmax = vmax < v ? v : vmax;
-    second = vmax;
-  }
-  const float denom = KOPT_SQRT(second) * s.inv_sqrt_bc2 + s.eps;
-  return p - (s.lr_decay * p + s.step_size * m / denom);
+  return adam_update_guarded<Amsgrad>(p, grad, m, v, vmax, s, GuardEachElement{});
 }
 
 }  // namespace kopt::Impl

@@ -25,6 +25,10 @@
 ///     static float update(float p, float g, float& s0, float& s1, float& s2, const Scalars&);
 ///   };
 ///
+/// A policy whose update guards rare elements at a cost to every one (Adam's overflow
+/// fallbacks) may also give `update_unguarded<V>(p, g, s0, s1, s2, scalars, overflow)`: the
+/// same bits wherever it leaves bit 31 of `overflow` clear (kopt/impl/paired_loop.hpp).
+///
 /// `update` takes the param (or its fp32 master) and the raw grad, updates the state
 /// elements it keeps (s0..s2, array k; the others are scratch), and returns the new param.
 /// Every state array is fp32 to the policy (stored in its StateStorage dtype, widened for the
