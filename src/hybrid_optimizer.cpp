@@ -76,6 +76,22 @@ HybridOptimizer::HybridOptimizer(std::vector<ParamGroup> groups, const HybridOpt
   const std::string host_space = Impl::engine_space_for(MemorySpace::host);
   for (std::size_t g = 0; g < groups_.size(); ++g) {
     validate_group_config(groups_[g].algorithm(), g);
+    // LAMB's trust ratio: the engine that updates a param must see all of it, which an
+    // offloaded or sharded param's engine does not (yet).
+    const bool whole = Impl::needs_param_sums(groups_[g].algorithm());
+    KOPT_THROW_IF(whole && options_.sharding && !groups_[g].params().empty(),
+                  "kopt::HybridOptimizer: group "
+                      << g << " runs '" << algorithm_name(groups_[g].algorithm())
+                      << "', whose update needs the norm of each whole param; sharded "
+                      << "optimizers (HybridOptions::sharding) do not run it yet (parameter '"
+                      << groups_[g].params().front().name << "')");
+    KOPT_THROW_IF(
+        whole && groups_[g].placement() == StatePlacement::host && !groups_[g].params().empty(),
+        "kopt::HybridOptimizer: group "
+            << g << " runs '" << algorithm_name(groups_[g].algorithm())
+            << "', whose update needs the norm of each whole param before it; "
+            << "offloaded groups (StatePlacement::host) do not run it (parameter '"
+            << groups_[g].params().front().name << "'): keep its state with_params");
     for (const ParamSpec& p : groups_[g].params()) {
       KOPT_THROW_IF(p.param.is_shard() && !options_.sharding,
                     "kopt::HybridOptimizer: parameter '"
@@ -107,9 +123,10 @@ HybridOptimizer::HybridOptimizer(std::vector<ParamGroup> groups, const HybridOpt
                    groups_[g].placement() == StatePlacement::host, storage};
       // Only fp32 masters are offloaded (a remainder is half of a master whose other half,
       // the param, stays on the device; without masters there is nothing apart from the
-      // params to move): groups of other forms are never chosen. Arrays of any dtype are.
+      // params to move): groups of other forms are never chosen, nor LAMB groups (above).
+      // Arrays of any dtype are.
       if (!item.offloaded && item.storage.master == MasterStorage::f32 &&
-          item.space != host_space) {
+          item.space != host_space && !whole) {
         candidates.push_back(pending.size());
         candidate_bytes.push_back(device_state_bytes(shards_->local_param(pending.size()),
                                                      groups_[g].algorithm(), item.storage));
@@ -133,9 +150,8 @@ HybridOptimizer::HybridOptimizer(std::vector<ParamGroup> groups, const HybridOpt
       continue;
     }
     const AlgorithmConfig& algorithm = groups_[item.group].algorithm();
-    const auto key =
-        std::make_tuple(item.space, p.param.dtype, item.offloaded, algorithm.index(),
-                        Impl::storage_form(item.storage), item.storage.seed);
+    const auto key = std::make_tuple(item.space, p.param.dtype, item.offloaded, algorithm.index(),
+                                     Impl::storage_form(item.storage), item.storage.seed);
     auto it = engine_of.find(key);
     if (it == engine_of.end()) {
       it = engine_of.emplace(key, engines_.size()).first;

@@ -27,6 +27,10 @@ template <>
 struct ReferenceOf<kopt::AdagradConfig> {
   using type = ReferenceAdagrad;
 };
+template <>
+struct ReferenceOf<kopt::LambConfig> {
+  using type = ReferenceLamb;
+};
 
 // The reference's copy of the policy's state array 0, and the magnitudes its rounding
 // errors scale with (a sum of squares is its own).
@@ -35,11 +39,13 @@ inline const std::vector<double>& reference_state(const ReferenceSgd& r) {
 }
 inline const std::vector<double>& reference_state(const ReferenceLion& r) { return r.exp_avg; }
 inline const std::vector<double>& reference_state(const ReferenceAdagrad& r) { return r.sum; }
+inline const std::vector<double>& reference_state(const ReferenceLamb& r) { return r.exp_avg; }
 inline const std::vector<double>& state_size(const ReferenceSgd& r) {
   return r.momentum_buffer_size;
 }
 inline const std::vector<double>& state_size(const ReferenceLion& r) { return r.exp_avg_size; }
 inline const std::vector<double>& state_size(const ReferenceAdagrad& r) { return r.sum; }
+inline const std::vector<double>& state_size(const ReferenceLamb& r) { return r.exp_avg_size; }
 
 // Uniform values in [-1, 1) on a 2^-23 grid, rounded to T (quicker than
 // std::uniform_real_distribution; the grads of 200 steps of 10^5 elements add up).

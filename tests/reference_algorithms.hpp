@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <kopt/adagrad_config.hpp>
+#include <kopt/lamb_config.hpp>
 #include <kopt/lion_config.hpp>
 #include <kopt/sgd_config.hpp>
 #include <limits>
@@ -135,5 +136,53 @@ inline double error_relative_to(const std::vector<double>& a, const std::vector<
 }
 
 inline constexpr double kUseOwnSign = std::numeric_limits<double>::quiet_NaN();
+
+// LAMB as apex's FusedLAMB (kopt/lamb_config.hpp): Adam's moments, then per param the
+// trust ratio ||p|| / ||u|| of the whole update direction u.
+struct ReferenceLamb {
+  kopt::LambConfig config;
+  std::vector<double> param, exp_avg, exp_avg_sq;
+  std::vector<double> exp_avg_size;  // exp_avg's recurrence on |terms|: its error scale
+  std::int64_t step = 0;
+
+  ReferenceLamb(const kopt::LambConfig& c, std::vector<double> p)
+      : config(c),
+        param(std::move(p)),
+        exp_avg(param.size(), 0.0),
+        exp_avg_sq(param.size(), 0.0),
+        exp_avg_size(param.size(), 0.0) {}
+
+  void update(const std::vector<double>& grad, double grad_scale = 1.0) {
+    const kopt::LambConfig& c = config;
+    ++step;
+    const double t = static_cast<double>(step);
+    const double bc1 = c.bias_correction ? 1.0 - std::pow(c.beta1, t) : 1.0;
+    const double bc2 = c.bias_correction ? 1.0 - std::pow(c.beta2, t) : 1.0;
+    const double coef = c.grad_averaging ? 1.0 - c.beta1 : 1.0;
+    std::vector<double> u(param.size());
+    double p_sq = 0.0, u_sq = 0.0;
+    for (std::size_t i = 0; i < param.size(); ++i) {
+      double g = grad[i] * grad_scale;
+      if (c.maximize) g = -g;
+      if (!c.decoupled) g += c.weight_decay * param[i];
+      exp_avg[i] = c.beta1 * exp_avg[i] + coef * g;
+      exp_avg_size[i] = c.beta1 * exp_avg_size[i] + std::abs(coef * g);
+      exp_avg_sq[i] = c.beta2 * exp_avg_sq[i] + (1.0 - c.beta2) * g * g;
+      u[i] = (exp_avg[i] / bc1) / (std::sqrt(exp_avg_sq[i] / bc2) + c.eps) +
+             (c.decoupled ? c.weight_decay * param[i] : 0.0);
+      p_sq += param[i] * param[i];
+      u_sq += u[i] * u[i];
+    }
+    double r = 1.0;
+    if (c.trust_ratio && (c.weight_decay != 0.0 || c.always_adapt)) {
+      const double p_norm = std::sqrt(p_sq), u_norm = std::sqrt(u_sq);
+      if (p_norm > 0.0 && u_norm > 0.0) r = p_norm / u_norm;
+      if (c.clamp_trust) r = std::min(std::max(r, c.min_trust), c.max_trust);
+    }
+    last_ratio = r;
+    for (std::size_t i = 0; i < param.size(); ++i) param[i] -= c.lr * r * u[i];
+  }
+  double last_ratio = 1.0;  // the last step's r
+};
 
 }  // namespace kopt_test

@@ -1,4 +1,4 @@
-// SGD, Lion and Adagrad on the fused engine against their double-precision references
+// SGD, Lion, Adagrad and LAMB on the fused engine against their double-precision references
 // (tests/reference_algorithms.hpp), on every enabled execution space, for every option, for
 // fp32, bf16 and f16 params, and sizes 0, 1, odd and several chunks.
 #include <cfloat>
@@ -12,6 +12,7 @@ using kopt::bfloat16;
 using kopt::float16;
 using kopt::Impl::AdagradPolicy;
 using kopt::Impl::AdamPolicy;
+using kopt::Impl::LambPolicy;
 using kopt::Impl::LionPolicy;
 using kopt::Impl::SgdPolicy;
 
@@ -51,6 +52,27 @@ std::vector<kopt::AdagradConfig> adagrad_configs() {
                           .initial_accumulator_value = 0.1,
                           .eps = 1e-3,
                           .maximize = true},
+  };
+}
+
+std::vector<kopt::LambConfig> lamb_configs() {
+  return {
+      kopt::LambConfig{},                                 // apex's defaults: decay, adapts
+      kopt::LambConfig{.lr = 2e-3, .weight_decay = 0.0},  // no decay: r = 1 (apex's rule)
+      kopt::LambConfig{.weight_decay = 0.0, .always_adapt = true},  // use_nvlamb
+      kopt::LambConfig{.lr = 5e-3,
+                       .beta1 = 0.8,
+                       .beta2 = 0.99,
+                       .eps = 1e-8,
+                       .weight_decay = 0.1,
+                       .decoupled = false,
+                       .bias_correction = false,
+                       .grad_averaging = false,
+                       .clamp_trust = true,
+                       .min_trust = 0.8,  // above most params' ratios (~0.6): clamps
+                       .max_trust = 2.0,
+                       .maximize = true},
+      kopt::LambConfig{.lr = 1e-3, .trust_ratio = false},  // excluded (biases, norms)
   };
 }
 
@@ -132,6 +154,10 @@ TYPED_TEST(Algorithms, AdagradMatchesReferenceForEveryOptionDtypeAndSize) {
 
 // sign(0) is 0: a zero interpolation (zero grads, zero exp_avg; -0 too) leaves the param
 // where decay alone takes it, here nowhere.
+TYPED_TEST(Algorithms, LambMatchesReferenceForEveryOptionDtypeAndSize) {
+  check_every_dtype<TypeParam, LambPolicy>(lamb_configs());
+}
+
 TYPED_TEST(Algorithms, LionZeroInterpolationDoesNotMoveTheParam) {
   kopt::FusedOptimizer<TypeParam, LionPolicy> opt(TypeParam(), kopt::LionConfig{.lr = 0.1});
   SpaceArray<float, TypeParam> p(64), g(64);
@@ -182,6 +208,7 @@ TEST(AlgorithmsStateArrays, ConfigStateArraysEqualThePolicyVariantArrays) {
   expect_arrays_agree<SgdPolicy>(sgd_configs());
   expect_arrays_agree<LionPolicy>(lion_configs());
   expect_arrays_agree<AdagradPolicy>(adagrad_configs());
+  expect_arrays_agree<LambPolicy>(lamb_configs());
   // And what each keeps, by name: torch's state_dict entries.
   EXPECT_EQ(kopt::SgdConfig{}.state_arrays(), 0u);
   EXPECT_EQ((kopt::SgdConfig{.momentum = 0.1}.state_arrays()), 1u);
@@ -190,6 +217,8 @@ TEST(AlgorithmsStateArrays, ConfigStateArraysEqualThePolicyVariantArrays) {
   EXPECT_EQ(std::string(SgdPolicy::array_names[0]), "momentum_buffer");
   EXPECT_EQ(std::string(LionPolicy::array_names[0]), "exp_avg");
   EXPECT_EQ(std::string(AdagradPolicy::array_names[0]), "sum");
+  EXPECT_EQ(kopt::LambConfig{}.state_arrays(), 3u);
+  EXPECT_EQ(std::string(LambPolicy::array_names[1]), "exp_avg_sq");
 }
 
 }  // namespace

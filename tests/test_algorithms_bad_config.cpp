@@ -1,6 +1,6 @@
-// Invalid SGD, Lion and Adagrad configs: every invalid field is refused with its name and
-// value, by validate(), by ParamGroup's constructor, by the fused engine, and by step()
-// after a schedule changed it, which then changes nothing.
+// Invalid SGD, Lion, Adagrad and LAMB configs (and LAMB where it does not run yet): every invalid
+// field is refused with its name and value, by validate(), by ParamGroup's constructor, by the
+// fused engine, and by step() after a schedule changed it, which then changes nothing.
 #include <functional>
 #include <kopt/impl/fused_optimizer_def.hpp>
 
@@ -64,9 +64,24 @@ std::vector<BadCase<kopt::AdagradConfig>> bad_adagrad() {
   };
 }
 
+std::vector<BadCase<kopt::LambConfig>> bad_lamb() {
+  using C = kopt::LambConfig;
+  return {
+      {[](C& c) { c.lr = -1; }, "LambConfig.lr = -1"},
+      {[](C& c) { c.beta1 = 1.0; }, "LambConfig.beta1 = 1"},
+      {[](C& c) { c.beta2 = NAN; }, "LambConfig.beta2 = nan"},
+      {[](C& c) { c.eps = 0; }, "LambConfig.eps = 0"},
+      {[](C& c) { c.weight_decay = -0.1; }, "LambConfig.weight_decay = -0.1"},
+      {[](C& c) { c.min_trust = -1; }, "LambConfig.min_trust = -1"},
+      {[](C& c) { c.max_trust = 0.001; }, "LambConfig.max_trust = 0.001"},  // below min_trust
+      {[](C& c) { c.max_trust = INFINITY; }, "LambConfig.max_trust = inf"},
+  };
+}
+
 // Valid configs with every switch on that the spoilers do not need off.
 kopt::SgdConfig good(kopt::SgdConfig) { return {.lr = 0.05, .momentum = 0.0}; }
 kopt::LionConfig good(kopt::LionConfig) { return {.lr = 1e-3, .weight_decay = 0.1}; }
+kopt::LambConfig good(kopt::LambConfig) { return {.lr = 1e-3, .clamp_trust = true}; }
 kopt::AdagradConfig good(kopt::AdagradConfig) {
   return {.lr = 0.05, .lr_decay = 0.01, .initial_accumulator_value = 0.1};
 }
@@ -100,6 +115,34 @@ TEST(AlgorithmsBadConfig, EveryInvalidFieldIsNamedByValidateParamGroupAndEngine)
   expect_refused_everywhere(bad_sgd());
   expect_refused_everywhere(bad_lion());
   expect_refused_everywhere(bad_adagrad());
+  expect_refused_everywhere(bad_lamb());
+}
+
+// LAMB's update needs each whole param's norms: an offloaded group (its engine holds the
+// state on the host and streams params in pieces) and a sharded optimizer (a param cut
+// across ranks) are refused when the optimizer is built, naming the group, the parameter
+// and why; nothing is left behind, and the same groups build unsharded with_params.
+TEST(AlgorithmsBadConfig, LambOffloadedOrShardedIsRefusedNamingTheParam) {
+  std::vector<float> w(8, 0.5f), g(8, 0.1f);
+  const auto groups = [&](kopt::StatePlacement placement) {
+    kopt::ParamGroup adam(kopt::AdamConfig{});
+    adam.add("bias", kopt::Tensor::from(w.data(), 2), kopt::Tensor::from(g.data(), 2));
+    kopt::ParamGroup lamb(kopt::LambConfig{}, placement);
+    lamb.add("layer.weight", kopt::Tensor::from(w.data() + 2, 6), kopt::Tensor::from(g.data(), 6));
+    return std::vector<kopt::ParamGroup>{adam, lamb};
+  };
+  for (const char* needle : {"group 1 runs 'lamb'", "offloaded groups", "'layer.weight'"})
+    expect_error<kopt::InvalidArgument>(
+        [&] { kopt::HybridOptimizer opt(groups(kopt::StatePlacement::host)); }, needle);
+  kopt::HybridOptions sharded;
+  sharded.sharding = kopt::ShardingOptions{std::make_shared<kopt::SingleProcessCommunicator>()};
+  for (const char* needle : {"group 1 runs 'lamb'", "sharded", "'layer.weight'"})
+    expect_error<kopt::InvalidArgument>(
+        [&] { kopt::HybridOptimizer opt(groups(kopt::StatePlacement::with_params), sharded); },
+        needle);
+  kopt::HybridOptimizer fine(groups(kopt::StatePlacement::with_params));
+  fine.step();
+  EXPECT_NE(w[2], 0.5f) << "the LAMB group did not step";
 }
 
 // A schedule spoils group 1's config between steps (group 0 is Adam, group 2 offloaded, of

@@ -1,4 +1,4 @@
-// SGD, Lion and Adagrad through the HybridOptimizer (local and offloaded groups) against
+// SGD, Lion, Adagrad and LAMB through the HybridOptimizer (local and offloaded groups) against
 // double-precision references written from the equations in their config headers: every
 // option, fp32 and bf16 params (a bf16 param's fp32 master is compared), odd sizes, with
 // clipping on so the grad scale reaches the update. A wrong sign, a factor applied twice, a
@@ -16,7 +16,8 @@ namespace {
 
 // One param's reference state, in double.
 struct Ref {
-  std::vector<double> p, s;  // param, the one state array
+  std::vector<double> p, s;  // param, the (first) state array
+  std::vector<double> s2;    // LAMB's second
   std::int64_t t = 0;
 };
 
@@ -53,6 +54,32 @@ void reference_step(const kopt::AdagradConfig& c, Ref& r, const std::vector<doub
     r.s[i] += g * g;
     r.p[i] -= clr * g / (std::sqrt(r.s[i]) + c.eps);
   }
+}
+
+// LAMB: the trust ratio over the whole param (its three params here differ: 1031, 1031, 1).
+void reference_step(const kopt::LambConfig& c, Ref& r, const std::vector<double>& grad) {
+  ++r.t;
+  r.s2.resize(r.p.size(), 0.0);
+  const double bc1 = c.bias_correction ? 1 - std::pow(c.beta1, double(r.t)) : 1.0;
+  const double bc2 = c.bias_correction ? 1 - std::pow(c.beta2, double(r.t)) : 1.0;
+  std::vector<double> u(r.p.size());
+  double pp = 0, uu = 0;
+  for (std::size_t i = 0; i < r.p.size(); ++i) {
+    const double g =
+        (c.maximize ? -grad[i] : grad[i]) + (c.decoupled ? 0 : c.weight_decay * r.p[i]);
+    r.s[i] = c.beta1 * r.s[i] + (c.grad_averaging ? 1 - c.beta1 : 1.0) * g;
+    r.s2[i] = c.beta2 * r.s2[i] + (1 - c.beta2) * g * g;
+    u[i] = r.s[i] / bc1 / (std::sqrt(r.s2[i] / bc2) + c.eps) +
+           (c.decoupled ? c.weight_decay * r.p[i] : 0);
+    pp += r.p[i] * r.p[i];
+    uu += u[i] * u[i];
+  }
+  double ratio = 1;
+  if (c.trust_ratio && (c.weight_decay != 0 || c.always_adapt) && pp > 0 && uu > 0)
+    ratio = std::sqrt(pp) / std::sqrt(uu);
+  if (c.trust_ratio && (c.weight_decay != 0 || c.always_adapt) && c.clamp_trust)
+    ratio = std::min(std::max(ratio, c.min_trust), c.max_trust);
+  for (std::size_t i = 0; i < r.p.size(); ++i) r.p[i] -= c.lr * ratio * u[i];
 }
 
 void reference_step(const kopt::AdamConfig&, Ref&, const std::vector<double>&) {}
@@ -144,6 +171,23 @@ TEST(PolicyReference, AdagradEveryOption) {
           kopt::AdagradConfig{.lr = 0.05, .lr_decay = 0.1, .weight_decay = 0.01},
           kopt::AdagradConfig{.initial_accumulator_value = 0.5, .eps = 1e-6, .maximize = true}})
       check(c, offloaded, 30, kBound);
+}
+
+TEST(PolicyReference, LambEveryOption) {
+  // Local groups only: offloaded ones are refused (test_bad_input).
+  for (const kopt::LambConfig& c :
+       {kopt::LambConfig{}, kopt::LambConfig{.lr = 0.01, .weight_decay = 0.0},
+        kopt::LambConfig{.lr = 0.01, .weight_decay = 0.0, .always_adapt = true},
+        kopt::LambConfig{.lr = 0.01,
+        .weight_decay = 0.1,
+        .decoupled = false,
+        .grad_averaging = false,
+        .clamp_trust = true,
+        .min_trust = 0.2,
+        .max_trust = 0.5,
+        .maximize = true},
+        kopt::LambConfig{.lr = 0.01, .trust_ratio = false}})
+    check(c, false, 30, kBound);
 }
 
 }  // namespace

@@ -10,20 +10,22 @@
 #include <cstddef>
 #include <kopt/adagrad_config.hpp>
 #include <kopt/adam_config.hpp>
+#include <kopt/lamb_config.hpp>
 #include <kopt/lion_config.hpp>
 #include <kopt/sgd_config.hpp>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <variant>
 
 namespace kopt {
 
-/// One group's algorithm and hyperparameters: AdamConfig, SgdConfig, LionConfig or
-/// AdagradConfig (converts implicitly from each). The position is kopt's own; a checkpoint
-/// records the name.
-using AlgorithmConfig = std::variant<AdamConfig, SgdConfig, LionConfig, AdagradConfig>;
+/// One group's algorithm and hyperparameters: AdamConfig, SgdConfig, LionConfig,
+/// AdagradConfig or LambConfig (converts implicitly from each). The position is kopt's own;
+/// a checkpoint records the name.
+using AlgorithmConfig = std::variant<AdamConfig, SgdConfig, LionConfig, AdagradConfig, LambConfig>;
 
-/// The algorithm's name ("adam", "sgd", "lion", "adagrad").
+/// The algorithm's name ("adam", "sgd", "lion", "adagrad", "lamb").
 const char* algorithm_name(const AlgorithmConfig& config);
 
 /// Throws kopt::InvalidArgument naming the field and its value when the config is invalid.
@@ -65,6 +67,17 @@ inline unsigned arrays_of(const AlgorithmConfig& config) {
 /// How many state arrays a group with `config` keeps per element (masters not counted).
 inline std::size_t arrays_kept(const AlgorithmConfig& config) {
   return static_cast<std::size_t>(std::popcount(arrays_of(config)));
+}
+
+/// Whether a group with `config` needs sums over each whole param before its update
+/// (LAMB's trust ratio; the config says `param_sums`). Offloaded and sharded optimizers do
+/// not run such groups yet (the engines that run them hold their params whole).
+inline bool needs_param_sums(const AlgorithmConfig& config) {
+  return std::visit(
+      [](const auto& c) {
+        return requires { std::decay_t<decltype(c)>::param_sums; };
+      },
+      config);
 }
 
 /// The AlgorithmConfig index of `name`, or num_algorithms when no algorithm has it.

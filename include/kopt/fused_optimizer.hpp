@@ -14,6 +14,7 @@
 #include <kopt/impl/param_registry.hpp>
 #include <kopt/impl/policies.hpp>
 #include <kopt/impl/state_arrays.hpp>
+#include <kopt/impl/tensor_rates.hpp>
 #include <kopt/impl/update_kernel.hpp>
 #include <kopt/tensor.hpp>
 #include <string>
@@ -205,6 +206,7 @@ class FusedOptimizer {
   Kokkos::View<Scalars*, memory_space> scalars_;
   typename Kokkos::View<Scalars*, memory_space>::HostMirror scalars_host_;
   /// The step each row makes (Rounding::stochastic keys its bits by it; else empty).
+  Impl::TensorRates<ExecSpace, Policy> rates_;  ///< per-param rates (LAMB's trust ratios)
   Kokkos::View<std::int64_t*, memory_space> row_steps_;
   typename Kokkos::View<std::int64_t*, memory_space>::HostMirror row_steps_host_;
 };

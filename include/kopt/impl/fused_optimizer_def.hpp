@@ -61,8 +61,8 @@ void FusedOptimizer<ExecSpace, Policy>::add(const std::string& name, const Tenso
                 label_ << ": parameter '" << name << "' is " << name_of(param.dtype)
                        << ": masters kept as remainders (MasterStorage::remainder) need bf16 "
                        << "params (or f32 ones, which are their own masters)");
-  KOPT_THROW_IF(state_.storage().rounding == Rounding::stochastic &&
-                    param.dtype != DType::bf16 && param.dtype != DType::f32,
+  KOPT_THROW_IF(state_.storage().rounding == Rounding::stochastic && param.dtype != DType::bf16 &&
+                    param.dtype != DType::f32,
                 label_ << ": parameter '" << name << "' is " << name_of(param.dtype)
                        << ": stochastic rounding (Rounding::stochastic) is of bf16 params "
                        << "(f32 ones are their own masters)");
@@ -174,7 +174,7 @@ FusedOptimizer<ExecSpace, Policy>::synced_master_(std::size_t i) {
         Kokkos::parallel_for(
             label_ + "::widened_param",
             Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>(exec_, 0,
-                                                                             e.param.numel),
+                                                                            e.param.numel),
             Impl::WidenSpanFunctor<ParamT>{static_cast<const ParamT*>(e.param.data), out.data()});
     });
     return out;
@@ -194,9 +194,9 @@ FusedOptimizer<ExecSpace, Policy>::synced_master_(std::size_t i) {
                        sizeof p);
       if (!Impl::LoadedTies::takes(p, t.master)) continue;
       const auto at = static_cast<std::size_t>(t.element);
-      Kokkos::deep_copy(exec_, Kokkos::subview(out, std::make_pair(at, at + 1)),
-                        Kokkos::View<const float*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(
-                            &t.master, 1));
+      Kokkos::deep_copy(
+          exec_, Kokkos::subview(out, std::make_pair(at, at + 1)),
+          Kokkos::View<const float*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(&t.master, 1));
     }
     return out;
   }
@@ -230,6 +230,7 @@ void FusedOptimizer<ExecSpace, Policy>::build_classes_(const std::vector<int>& s
   std::vector<typename Impl::GradNorms<ExecSpace>::Piece> pieces;
   for (std::size_t i = 0; i < signature.size(); ++i)
     if (signature[i] > 0) pieces.push_back(Impl::norm_piece<ExecSpace>(i, registry_[i].param));
+  rates_.plan(exec_, label_, lists, keys, registry_.size());
   // The last step that may fail: all or nothing.
   norms_.set_pieces(exec_, label_, pieces, Impl::norm_chunk_size<ExecSpace>);
   classes_.swap(classes);
@@ -308,10 +309,16 @@ void FusedOptimizer<ExecSpace, Policy>::step(double grad_scale) {
   for (const SyncTable& t : sync_tables_)
     Impl::launch_sync(exec_, label_ + "::sync_master", t.dtype, slots_, t.chunks);
   state_.settle_ties(exec_, registry_, [&](std::size_t i) { return signature_[i] > 0; });
+  if constexpr (Impl::has_tensor_sums<Policy>) {  // each param's rate, from its sums
+    std::vector<Kokkos::View<Impl::Chunk*, memory_space>> chunks;
+    for (const KernelClass& kc : classes_) chunks.push_back(kc.chunks);
+    rates_.compute(exec_, label_, state_.storage(), slots_, slots_host_, scalars_, scalars_host_,
+                   chunks, updated_);
+  }
   for (const KernelClass& kc : classes_)
-    Impl::launch_update<ExecSpace, Policy>(
-        exec_, label_ + "::update", kc.key.param, kc.key.grad, kc.key.variant, state_.storage(),
-        slots_, scalars_, row_steps_, kc.chunks);
+    Impl::launch_update<ExecSpace, Policy>(exec_, label_ + "::update", kc.key.param, kc.key.grad,
+                                           kc.key.variant, state_.storage(), slots_, scalars_,
+                                           row_steps_, kc.chunks, rates_.rates());
   for (const std::size_t i : updated_) registry_.advance(i);  // the master leads from now on
   for (ScalarSet& set : sets_) ++set.step;  // its params all stepped: still one row
   // Every synced entry was just updated: the next step syncs none of them (the plan stays

@@ -6,6 +6,7 @@
 #include <kopt/algorithm_config.hpp>
 #include <kopt/impl/policies/adagrad.hpp>
 #include <kopt/impl/policies/adam.hpp>
+#include <kopt/impl/policies/lamb.hpp>
 #include <kopt/impl/policies/lion.hpp>
 #include <kopt/impl/policies/sgd.hpp>
 #include <tuple>
@@ -17,7 +18,8 @@
 /// the build when an algorithm is added to AlgorithmConfig and not here.
 #define KOPT_FOR_EACH_POLICY(X, arg) \
   X(arg, kopt::Impl::AdamPolicy)     \
-  X(arg, kopt::Impl::SgdPolicy) X(arg, kopt::Impl::LionPolicy) X(arg, kopt::Impl::AdagradPolicy)
+  X(arg, kopt::Impl::SgdPolicy)      \
+  X(arg, kopt::Impl::LionPolicy) X(arg, kopt::Impl::AdagradPolicy) X(arg, kopt::Impl::LambPolicy)
 
 namespace kopt::Impl {
 

@@ -95,8 +95,19 @@ struct FusedUpdateFunctor {
   Kokkos::View<const std::int64_t*, memory_space> steps_;
   /// The state arrays' element types (NarrowState; all f32 otherwise).
   StateDTypes dtypes_{};
+  /// Per slot, the rate of a policy with tensor sums (kopt/impl/tensor_rates.hpp); empty
+  /// for the others.
+  Kokkos::View<const float*, memory_space> rates_{};
 
   static constexpr bool narrow = std::is_same_v<StateT, NarrowState>;
+
+  /// The step scalars of chunk `chunk`: its row's, with its param's rate where the policy
+  /// has tensor sums.
+  KOKKOS_FORCEINLINE_FUNCTION Scalars scalars_of(const Chunk& chunk, const UpdateSlot& slot) const {
+    Scalars s = scalars_(slot.scalar_set);
+    if constexpr (requires { Policy::tensor_sums; }) s.rate = rates_(chunk.slot);
+    return s;
+  }
 
   /// Host: one chunk per iteration.
   KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t c) const {
@@ -104,18 +115,19 @@ struct FusedUpdateFunctor {
     const UpdateSlot& slot = slots_(chunk.slot);
     auto* param = static_cast<ParamT*>(slot.param);
     const auto* grad = static_cast<const GradT*>(slot.grad);
+    const Scalars s = scalars_of(chunk, slot);
     if constexpr (narrow)
-      narrow_host_loop<Policy, V, ParamT, GradT, F>(
-          chunk.begin, chunk.end, param, grad, master_of(slot), slot.state[0], slot.state[1],
-          slot.state[2], dtypes_, scalars_(slot.scalar_set), rounding_of(slot));
+      narrow_host_loop<Policy, V, ParamT, GradT, F>(chunk.begin, chunk.end, param, grad,
+                                                    master_of(slot), slot.state[0], slot.state[1],
+                                                    slot.state[2], dtypes_, s, rounding_of(slot));
     else if constexpr (paired_form<Policy, V, ParamT, GradT, F>)
       paired_host_loop<Policy, V, ParamT, GradT, F>(
           chunk.begin, chunk.end, param, grad, master_of(slot), state_of(slot, 0),
-          state_of(slot, 1), state_of(slot, 2), scalars_(slot.scalar_set), rounding_of(slot));
+          state_of(slot, 1), state_of(slot, 2), s, rounding_of(slot));
     else
       fused_host_loop<Policy, V, ParamT, GradT, F>(
           chunk.begin, chunk.end, param, grad, master_of(slot), state_of(slot, 0),
-          state_of(slot, 1), state_of(slot, 2), scalars_(slot.scalar_set), rounding_of(slot));
+          state_of(slot, 1), state_of(slot, 2), s, rounding_of(slot));
   }
 
   /// Device: one team per chunk, its threads striding through it (coalesced).
@@ -123,7 +135,7 @@ struct FusedUpdateFunctor {
   KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
     const Chunk chunk = chunks_(team.league_rank());
     const UpdateSlot& slot = slots_(chunk.slot);
-    const Scalars s = scalars_(slot.scalar_set);
+    const Scalars s = scalars_of(chunk, slot);
     const ChunkRounding r = rounding_of(slot);
     auto* param = static_cast<ParamT*>(slot.param);
     const auto* grad = static_cast<const GradT*>(slot.grad);
@@ -356,7 +368,8 @@ void launch_update(
     const Kokkos::View<const UpdateSlot*, typename ExecSpace::memory_space>& slots,
     const Kokkos::View<const typename Policy::Scalars*, typename ExecSpace::memory_space>& scalars,
     const Kokkos::View<const std::int64_t*, typename ExecSpace::memory_space>& steps,
-    const Kokkos::View<const Chunk*, typename ExecSpace::memory_space>& chunks) {
+    const Kokkos::View<const Chunk*, typename ExecSpace::memory_space>& chunks,
+    const Kokkos::View<const float*, typename ExecSpace::memory_space>& rates = {}) {
   // Stochastic rounding keys its bits by each row's step.
   assert(storage.rounding != Rounding::stochastic || steps.extent(0) >= scalars.extent(0));
   const auto n = static_cast<std::int64_t>(chunks.extent(0));
@@ -369,7 +382,7 @@ void launch_update(
           launch_chunks(
               exec, label, n,
               FusedUpdateFunctor<ExecSpace, Policy, decltype(v)::value, P, G, decltype(form)>{
-                  slots, scalars, chunks, steps, StateDTypes::from(storage)});
+                  slots, scalars, chunks, steps, StateDTypes::from(storage), rates});
         });
       });
     });

@@ -1,0 +1,126 @@
+#pragma once
+/// \file
+/// Per-param sums for policies whose update needs them (LAMB's norms of p and of its
+/// update): a pass over the chunk table before the update that writes nothing, each param's
+/// sums joined exactly, and each param's rate (Policy::rate) uploaded for the update kernel.
+///
+/// A policy opts in with `tensor_sums` (how many sums), `measures(variant)`, `measure(...)`
+/// (the values whose squares are summed, for one element) and `rate(scalars, sums)`; its
+/// Scalars have a `rate` the update reads. Each block of tensor_sum_block elements is summed
+/// in double in one fixed order and the block sums are added exactly (ExactSum), so a
+/// param's sums are the same bits on every backend and thread count, and whatever chunks
+/// (host and device chunk sizes differ) cut it.
+
+#include <algorithm>
+#include <kopt/impl/exact_sum.hpp>
+#include <kopt/impl/update_kernel.hpp>
+#include <string>
+#include <vector>
+
+namespace kopt::Impl {
+
+template <class Policy>
+inline constexpr bool has_tensor_sums = requires {
+  Policy::tensor_sums;
+};
+
+/// Elements per block: ShardLayout::alignment, so that a param cut by ZeRO has the same
+/// blocks, whole, on its ranks.
+inline constexpr std::int64_t tensor_sum_block = 16;
+
+/// Element i's update inputs as the update reads them, writing nothing: the param (its
+/// master: fp32 copy, joined remainder or the 16-bit param widened), the grad, the arrays.
+template <class ParamT, class GradT, class MasterT>
+KOKKOS_FORCEINLINE_FUNCTION void read_inputs(const UpdateSlot& slot, const StateDTypes& d,
+                                             unsigned kept, std::int64_t i, float& w, float& g,
+                                             float (&a)[3]) {
+  const ParamT* param = static_cast<const ParamT*>(slot.param);
+  if constexpr (std::is_same_v<ParamT, float>)
+    w = param[i];
+  else if constexpr (std::is_same_v<MasterT, float>)
+    w = slot.master[i];
+  else if constexpr (std::is_same_v<MasterT, std::uint16_t>)
+    w = join_master(param[i], slot.remainder[i]);
+  else
+    w = to_float(param[i]);
+  g = to_float(static_cast<const GradT*>(slot.grad)[i]);
+  for (int k = 0; k < 3; ++k) a[k] = (kept >> k & 1u) != 0 ? d.load(k, slot.state[k], i) : 0.0f;
+}
+
+/// The measure pass of one kernel class: chunk_sums_(c, k) = the exact sum of the block
+/// sums of sum k over chunk c (host: a chunk per iteration; devices: a thread per block
+/// into block_sums_, joined by JoinTensorBlocks).
+template <class ExecSpace, class Policy, int V, class ParamT, class GradT, class MasterT>
+struct TensorSumsFunctor {
+  using memory_space = typename ExecSpace::memory_space;
+  using Scalars = typename Policy::Scalars;
+  static constexpr int K = Policy::tensor_sums;
+  Kokkos::View<const UpdateSlot*, memory_space> slots_;
+  Kokkos::View<const Scalars*, memory_space> scalars_;
+  Kokkos::View<const Chunk*, memory_space> chunks_;
+  StateDTypes dtypes_;
+  Kokkos::View<ExactSum**, memory_space> chunk_sums_;
+  Kokkos::View<double**, memory_space> block_sums_;
+  std::int64_t blocks_per_chunk_;
+
+  KOKKOS_INLINE_FUNCTION static std::int64_t blocks_of(const Chunk& c) {
+    return (c.end - c.begin + tensor_sum_block - 1) / tensor_sum_block;
+  }
+  /// The sums of block b of chunk c, each over its elements in order.
+  KOKKOS_FORCEINLINE_FUNCTION void block(const Chunk& c, std::int64_t b, double (&out)[K]) const {
+    const UpdateSlot& slot = slots_(c.slot);
+    const Scalars& s = scalars_(slot.scalar_set);
+    for (int k = 0; k < K; ++k) out[k] = 0.0;
+    const std::int64_t at = c.begin + b * tensor_sum_block;
+    const std::int64_t end = at + tensor_sum_block < c.end ? at + tensor_sum_block : c.end;
+    for (std::int64_t i = at; i < end; ++i) {
+      float w, g, a[3], x[K];
+      read_inputs<ParamT, GradT, MasterT>(slot, dtypes_, Policy::arrays_of(V), i, w, g, a);
+      Policy::measure(w, g, a[0], a[1], a[2], s, x);
+      for (int k = 0; k < K; ++k) out[k] += static_cast<double>(x[k]) * static_cast<double>(x[k]);
+    }
+  }
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t c) const {
+    const Chunk chunk = chunks_(c);
+    ExactSum acc[K];
+    for (std::int64_t b = 0; b < blocks_of(chunk); ++b) {
+      double sums[K];
+      block(chunk, b, sums);
+      for (int k = 0; k < K; ++k) acc[k].add(sums[k]);
+    }
+    for (int k = 0; k < K; ++k) {
+      acc[k].normalize();
+      chunk_sums_(c, k) = acc[k];
+    }
+  }
+  template <class Member>
+  KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
+    const std::int64_t c = team.league_rank();
+    const Chunk chunk = chunks_(c);
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, blocks_of(chunk)),
+                         [&](const std::int64_t b) {
+                           double sums[K];
+                           block(chunk, b, sums);
+                           for (int k = 0; k < K; ++k)
+                             block_sums_(c * blocks_per_chunk_ + b, k) = sums[k];
+                         });
+  }
+};
+
+/// The device path's second pass: chunk_sums_(c, k) from the block sums, exactly.
+template <class Functor>
+struct JoinTensorBlocks {
+  Functor pass;
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t c) const {
+    const std::int64_t blocks = Functor::blocks_of(pass.chunks_(c));
+    for (int k = 0; k < Functor::K; ++k) {
+      ExactSum acc;
+      for (std::int64_t b = 0; b < blocks; ++b)
+        acc.add(pass.block_sums_(c * pass.blocks_per_chunk_ + b, k));
+      acc.normalize();
+      pass.chunk_sums_(c, k) = acc;
+    }
+  }
+};
+
+}  // namespace kopt::Impl
