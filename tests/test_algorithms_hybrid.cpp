@@ -119,12 +119,39 @@ TEST(AlgorithmsHybrid, SaveAndLoadResumeBitwise) {
   }
 }
 
+// LAMB (local groups: offloaded ones are refused): a checkpoint resumes bitwise, the
+// trust ratio included (each step computes it again from the params and the loaded moments).
+TEST(AlgorithmsHybrid, LambSaveAndLoadResumeBitwise) {
+  const std::vector<kopt::AlgorithmConfig> configs = {
+      kopt::LambConfig{.lr = 1e-2},
+      kopt::LambConfig{.lr = 5e-3, .weight_decay = 0.1, .clamp_trust = true}};
+  TempDir dir;
+  AlgorithmWorld a(configs, defs(), clipped(), 4);
+  a.train(0, 5);
+  scale_lr(a.opt->group(0), 0.5);
+  a.train(5, 5);
+  a.opt->save(dir.str("ckpt"));
+  const auto weights = a.all_params();
+  a.train(10, 10);
+  AlgorithmWorld b(configs, defs(), clipped(), 4);
+  for (std::size_t j = 0; j < b.defs.size(); ++j) b.params[j].set(weights[j]);
+  b.opt->load(dir.str("ckpt"));
+  b.train(10, 10);
+  expect_same_params(a, b);
+  expect_same_state(a, b);
+  for (const auto& [name, s] : saved_params(*a.opt)) {
+    EXPECT_EQ(s.step, 20) << name;
+    EXPECT_EQ(s.arrays, 3u) << name;
+  }
+}
+
 // A checkpoint of one algorithm's group loaded into a group of another: refused naming
 // both, and the optimizer is as before (params, state, step counts, config).
 TEST(AlgorithmsHybrid, AnotherAlgorithmsCheckpointIsRefusedNamingBoth) {
   const std::vector<kopt::AlgorithmConfig> all = {kopt::AdamConfig{},
                                                   kopt::SgdConfig{.lr = 0.1, .momentum = 0.9},
-                                                  kopt::LionConfig{}, kopt::AdagradConfig{}};
+                                                  kopt::LionConfig{}, kopt::AdagradConfig{},
+                                                  kopt::LambConfig{}};
   const std::vector<ParamDef> two = {ParamDef{0, DType::f32, DType::f32, false, 13},
                                      ParamDef{0, DType::bf16, DType::f32, false, 29}};
   for (std::size_t i = 0; i < all.size(); ++i) {

@@ -36,7 +36,7 @@ struct ParamSpec {
 };
 
 /// A config plus named parameters, as torch.optim's param groups. The config's type is the
-/// group's algorithm (AdamConfig, SgdConfig, LionConfig, AdagradConfig); groups of different
+/// group's algorithm (AdamConfig, SgdConfig, LionConfig, AdagradConfig, LambConfig); groups of different
 /// algorithms live in one optimizer. A group may hold params of several dtypes and memory
 /// spaces; the optimizer splits the work by memory space, dtype and algorithm, and the config
 /// travels with every piece.

@@ -1,5 +1,5 @@
 /* Groups of any algorithm from C: configs by algorithm and field name, SGD and Lion groups in
- * one optimizer, schedules on either, and bad names or values refused, changing nothing. */
+ * one optimizer, LAMB with its clamp, schedules on either, and bad names or values refused, changing nothing. */
 #include <kopt/kopt.h>
 #include <math.h>
 #include <stdint.h>
@@ -179,6 +179,48 @@ int main(void) {
   kopt_optimizer_destroy(opt);
   kopt_groups_destroy(groups);
   kopt_config_destroy(adam_config);
+
+  /* LAMB: apex's defaults, DeepSpeed's clamp by name; one step against its equations (at
+   * step 1 the bias-corrected moments are g and g^2: u = g / (|g| + eps) + wd w); an
+   * offloaded LAMB group refused, naming it. */
+  kopt_config* lamb = NULL;
+  CHECK(kopt_config_create("lamb", &lamb) == KOPT_OK);
+  CHECK(kopt_config_get(lamb, "eps", &x) == KOPT_OK && x == 1e-6);
+  CHECK(kopt_config_get(lamb, "clamp_trust", &x) == KOPT_OK && x == 0);
+  CHECK(kopt_config_set(lamb, "clamp_trust", 1) == KOPT_OK);
+  CHECK(kopt_config_set(lamb, "min_trust", 2.0) == KOPT_OK); /* checked with the group */
+  CHECK(kopt_config_set(lamb, "max_trust", 1.0) == KOPT_OK);
+  CHECK(kopt_groups_create(&groups) == KOPT_OK);
+  CHECK(kopt_groups_add_group_config(groups, lamb, 0, NULL) == KOPT_ERROR_INVALID_ARGUMENT);
+  CHECK(strstr(kopt_last_error(), "LambConfig.max_trust = 1") != NULL);
+  CHECK(kopt_config_set(lamb, "min_trust", 0.5) == KOPT_OK);
+  CHECK(kopt_config_set(lamb, "max_trust", 3.0) == KOPT_OK);
+  CHECK(kopt_groups_add_group_config(groups, lamb, 0, NULL) == KOPT_OK);
+  CHECK(kopt_groups_add_group_config(groups, lamb, 1, NULL) == KOPT_OK);
+  for (int i = 0; i < N; ++i) w[i] = 0.1f * (float)(i % 5) - 0.2f, g[i] = 0.5f - (float)i / N;
+  CHECK(kopt_groups_add_param(groups, 0, "w", w, KOPT_F32, g, KOPT_F32, N, KOPT_HOST) == KOPT_OK);
+  CHECK(kopt_groups_add_param(groups, 1, "v", v, KOPT_F32, h, KOPT_F32, N, KOPT_HOST) == KOPT_OK);
+  opt = NULL;
+  CHECK(kopt_optimizer_create(groups, NULL, &opt) == KOPT_ERROR_INVALID_ARGUMENT && opt == NULL);
+  CHECK(strstr(kopt_last_error(), "'lamb'") != NULL && strstr(kopt_last_error(), "'v'") != NULL);
+  kopt_groups_destroy(groups);
+  CHECK(kopt_groups_create(&groups) == KOPT_OK);
+  CHECK(kopt_groups_add_group_config(groups, lamb, 0, NULL) == KOPT_OK);
+  CHECK(kopt_groups_add_param(groups, 0, "w", w, KOPT_F32, g, KOPT_F32, N, KOPT_HOST) == KOPT_OK);
+  CHECK(kopt_optimizer_create(groups, NULL, &opt) == KOPT_OK);
+  memcpy(w0, w, sizeof w);
+  double u[N], wn = 0, un = 0;
+  for (int i = 0; i < N; ++i) {
+    u[i] = g[i] / (fabs((double)g[i]) + 1e-6) + 0.01 * w0[i];
+    wn += (double)w0[i] * w0[i], un += u[i] * u[i];
+  }
+  double r = sqrt(wn) / sqrt(un);
+  r = r < 0.5 ? 0.5 : (r > 3.0 ? 3.0 : r);
+  CHECK(kopt_step(opt, NULL) == KOPT_OK);
+  for (int i = 0; i < N; ++i) CHECK(fabs(w[i] - (w0[i] - 1e-3 * r * u[i])) <= 1e-6);
+  kopt_optimizer_destroy(opt);
+  kopt_groups_destroy(groups);
+  kopt_config_destroy(lamb);
   kopt_config_destroy(sgd);
   kopt_config_destroy(lion);
   CHECK(kopt_finalize() == KOPT_OK);
