@@ -79,12 +79,13 @@ HybridOptimizer::HybridOptimizer(std::vector<ParamGroup> groups, const HybridOpt
     // LAMB's trust ratio: the engine that updates a param must see all of it, which an
     // offloaded or sharded param's engine does not (yet).
     const bool whole = Impl::needs_param_sums(groups_[g].algorithm());
-    KOPT_THROW_IF(whole && options_.sharding && !groups_[g].params().empty(),
-                  "kopt::HybridOptimizer: group "
-                      << g << " runs '" << algorithm_name(groups_[g].algorithm())
-                      << "', whose update needs the norm of each whole param; sharded "
-                      << "optimizers (HybridOptions::sharding) do not run it yet (parameter '"
-                      << groups_[g].params().front().name << "')");
+    for (const ParamSpec& p : groups_[g].params())  // blocks of 16 from each piece's start
+      KOPT_THROW_IF(whole && p.param.is_shard() && p.param.global_offset % 16 != 0,
+                    "kopt::HybridOptimizer: parameter '"
+                        << p.name << "' of group " << g << " ('"
+                        << algorithm_name(groups_[g].algorithm()) << "') is a piece at offset "
+                        << p.param.global_offset << " of its tensor: its norm is summed in "
+                        << "blocks of 16 elements, so pieces must start at multiples of 16");
     KOPT_THROW_IF(
         whole && groups_[g].placement() == StatePlacement::host && !groups_[g].params().empty(),
         "kopt::HybridOptimizer: group "
@@ -172,6 +173,56 @@ HybridOptimizer::HybridOptimizer(std::vector<ParamGroup> groups, const HybridOpt
   }
   steps_.assign(pending.size(), 0);
   held_arrays_.assign(groups_.size(), 0);
+  if (options_.sharding) {  // the same on every rank: the same groups
+    sum_offset_.assign(pending.size(), kNone);
+    for (std::size_t ordinal = 0; ordinal < pending.size(); ++ordinal) {
+      const int k = Impl::param_sums_of(groups_[pending[ordinal].group].algorithm());
+      if (k == 0) continue;
+      sum_offset_[ordinal] = num_sums_;
+      num_sums_ += static_cast<std::size_t>(k);
+    }
+  }
+}
+
+std::vector<Impl::ExactSum> HybridOptimizer::join_param_sums_(double grad_scale) {
+  // Per-param sums over pieces on several ranks (LAMB under ZeRO): each engine measures its
+  // pieces, every rank gathers every rank's sums and joins them exactly (in any order the
+  // same bits: what one process holding the whole param sums). Updates nothing.
+  std::vector<Impl::ExactSum> mine(num_sums_), out;
+  if (num_sums_ == 0) return mine;
+  for (std::size_t e = 0; e < engines_.size(); ++e) {
+    const auto k = static_cast<std::size_t>(engines_[e]->param_sums());
+    if (k == 0) continue;
+    engines_[e]->measure_param_sums(grad_scale, out);
+    for (std::size_t i = 0; i < engine_params_[e].size(); ++i)
+      for (std::size_t j = 0; j < k; ++j)
+        mine[sum_offset_[engine_params_[e][i]] + j].join(out[i * k + j]);
+  }
+  Communicator& comm = shards_->communicator();
+  const auto ranks = static_cast<std::size_t>(comm.size());
+  std::vector<Impl::ExactSum> all(num_sums_ * ranks);
+  comm.all_gather_bytes(mine.data(), all.data(),
+                        std::vector<std::size_t>(ranks, num_sums_ * sizeof(Impl::ExactSum)));
+  std::vector<Impl::ExactSum> joined(num_sums_);
+  for (std::size_t r = 0; r < ranks; ++r)
+    for (std::size_t j = 0; j < num_sums_; ++j) joined[j].join(all[r * num_sums_ + j]);
+  return joined;
+}
+
+void HybridOptimizer::step_engines_(double grad_scale, const std::vector<Impl::ExactSum>& sums) {
+  std::vector<Impl::ExactSum> mine;
+  for (std::size_t e = 0; e < engines_.size(); ++e) {
+    const auto k = static_cast<std::size_t>(engines_[e]->param_sums());
+    if (num_sums_ == 0 || k == 0) {
+      engines_[e]->step(grad_scale);
+      continue;
+    }
+    mine.assign(engine_params_[e].size() * k, Impl::ExactSum());
+    for (std::size_t i = 0; i < engine_params_[e].size(); ++i)
+      for (std::size_t j = 0; j < k; ++j)
+        mine[i * k + j] = sums[sum_offset_[engine_params_[e][i]] + j];
+    engines_[e]->step_with_sums(grad_scale, mine);
+  }
 }
 
 HybridOptimizer::~HybridOptimizer() = default;
@@ -254,10 +305,12 @@ StepStats HybridOptimizer::step() {
   // it would turn zero grads into NaN params. Such a step is skipped like an overflow.
   if (!(grad_scale <= std::numeric_limits<float>::max())) return skip_(stats);
 
+  const std::vector<Impl::ExactSum> param_sums = join_param_sums_(grad_scale);  // collective
+
   // From here a failure may leave some params updated and others not: the optimizer
   // remembers it and refuses to go on (or to overwrite a good checkpoint) until load().
   try {
-    for (const auto& engine : engines_) engine->step(grad_scale);
+    step_engines_(grad_scale, param_sums);
     for (const auto& engine : engines_) engine->fence();
     shards_->gather_params();
     for (std::size_t i = 0; i < shards_->size(); ++i)

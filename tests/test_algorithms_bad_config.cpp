@@ -118,11 +118,10 @@ TEST(AlgorithmsBadConfig, EveryInvalidFieldIsNamedByValidateParamGroupAndEngine)
   expect_refused_everywhere(bad_lamb());
 }
 
-// LAMB's update needs each whole param's norms: an offloaded group (its engine holds the
-// state on the host and streams params in pieces) and a sharded optimizer (a param cut
-// across ranks) are refused when the optimizer is built, naming the group, the parameter
-// and why; nothing is left behind, and the same groups build unsharded with_params.
-TEST(AlgorithmsBadConfig, LambOffloadedOrShardedIsRefusedNamingTheParam) {
+// LAMB's update needs each whole param's norms: an offloaded group (its engine streams
+// params in pieces) is refused when the optimizer is built, naming the group, the parameter
+// and why, and so is a pre-sharded piece whose blocks would not be the whole tensor's.
+TEST(AlgorithmsBadConfig, LambOffloadedOrMisalignedPieceIsRefusedNamingTheParam) {
   std::vector<float> w(8, 0.5f), g(8, 0.1f);
   const auto groups = [&](kopt::StatePlacement placement) {
     kopt::ParamGroup adam(kopt::AdamConfig{});
@@ -134,13 +133,21 @@ TEST(AlgorithmsBadConfig, LambOffloadedOrShardedIsRefusedNamingTheParam) {
   for (const char* needle : {"group 1 runs 'lamb'", "offloaded groups", "'layer.weight'"})
     expect_error<kopt::InvalidArgument>(
         [&] { kopt::HybridOptimizer opt(groups(kopt::StatePlacement::host)); }, needle);
+  // A piece of a tensor the training code shards itself must start at a multiple of 16
+  // (the norm's blocks); ZeRO's own cuts always do.
   kopt::HybridOptions sharded;
   sharded.sharding = kopt::ShardingOptions{std::make_shared<kopt::SingleProcessCommunicator>()};
-  for (const char* needle : {"group 1 runs 'lamb'", "sharded", "'layer.weight'"})
-    expect_error<kopt::InvalidArgument>(
-        [&] { kopt::HybridOptimizer opt(groups(kopt::StatePlacement::with_params), sharded); },
-        needle);
-  kopt::HybridOptimizer fine(groups(kopt::StatePlacement::with_params));
+  const auto piece = [&](std::int64_t offset) {
+    kopt::ParamGroup lamb(kopt::LambConfig{});
+    lamb.add("layer.weight", kopt::Tensor::from(w.data(), 6).shard_of(64, offset),
+             kopt::Tensor::from(g.data(), 6).shard_of(64, offset));
+    return std::vector<kopt::ParamGroup>{lamb};
+  };
+  for (const char* needle : {"'layer.weight'", "offset 8", "multiples of 16"})
+    expect_error<kopt::InvalidArgument>([&] { kopt::HybridOptimizer opt(piece(8), sharded); },
+                                        needle);
+  EXPECT_NO_THROW(kopt::HybridOptimizer(piece(16), sharded));
+  kopt::HybridOptimizer fine(groups(kopt::StatePlacement::with_params), sharded);
   fine.step();
   EXPECT_NE(w[2], 0.5f) << "the LAMB group did not step";
 }

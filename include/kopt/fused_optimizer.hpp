@@ -99,8 +99,15 @@ class FusedOptimizer {
   /// One step of every param that has a grad, with the grads multiplied by
   /// `grad_scale` (unscale / clip; must be finite). Enqueues the work on the execution space
   /// instance and returns without waiting: fence it before reading params on the host.
-  /// Validates every config and argument before touching anything.
-  void step(double grad_scale = 1.0);
+  /// Validates every config and argument before touching anything. A policy with per-param
+  /// sums (LAMB) measures its params first; a sharded owner passes `param_sums` instead:
+  /// each entry's sums over its whole param (measure_param_sums() of every rank, joined).
+  void step(double grad_scale = 1.0, const std::vector<Impl::ExactSum>* param_sums = nullptr);
+
+  /// A policy with per-param sums: this engine's part of this step's sums, `tensor_sums` per
+  /// entry in registry order (zeros for entries without a grad); nothing for other policies.
+  /// Blocks. step() must follow with the same grad_scale.
+  void measure_param_sums(double grad_scale, std::vector<Impl::ExactSum>& out);
 
   /// Call after the training code wrote new weights into the params: each param's next
   /// update first reconciles its fp32 master with it, element by element (the param
@@ -170,6 +177,8 @@ class FusedOptimizer {
   void build_sync_(const std::vector<std::size_t>& entries);
   FloatView synced_master_(std::size_t i);  ///< entry i's master as its next update takes it
   void build_classes_(const std::vector<int>& signature, const std::vector<ClassKey>& keys);
+  void begin_step_(double grad_scale);  ///< step()'s part before the rates and the update
+  std::vector<Kokkos::View<Impl::Chunk*, memory_space>> class_chunks_() const;
 
   ExecSpace exec_;
   std::string label_;

@@ -23,6 +23,7 @@ namespace kopt {
 namespace Impl {
 class Engine;
 class ShardStrategy;
+struct ExactSum;
 }  // namespace Impl
 
 struct HybridOptions {
@@ -170,6 +171,14 @@ class HybridOptimizer {
   /// [engine][i]: registration ordinal of the engine's i-th param (names the grad norm's
   /// fragments of cut blocks the same way on every rank).
   std::vector<std::vector<std::size_t>> engine_params_;
+  /// Sharded only: per ordinal, where its per-param sums (LAMB's norms) sit in the array
+  /// every rank gathers (kNone: its algorithm has none), and that array's length.
+  std::vector<std::size_t> sum_offset_;
+  std::size_t num_sums_ = 0;
+  /// step()'s per-param sums over every rank (sharded LAMB; empty otherwise), and its
+  /// updates with them.
+  std::vector<Impl::ExactSum> join_param_sums_(double grad_scale);
+  void step_engines_(double grad_scale, const std::vector<Impl::ExactSum>& sums);
   /// The identity (Impl::Unsharded), or ZeRO pieces with ShardingOptions (Impl::ShardPlan).
   std::unique_ptr<Impl::ShardStrategy> shards_;
   /// Per ordinal: completed updates (the engines count too; a sharded rank may hold no piece).

@@ -45,6 +45,11 @@ class Engine {
   /// tables); on failure nothing changed. After it, step() only launches work.
   virtual void prepare_step() = 0;
   virtual void step(double grad_scale) = 0;
+  /// Per-param sums (LAMB): how many per param (0: none), this engine's part of them, and
+  /// the step that takes them joined over every rank (FusedOptimizer::measure_param_sums).
+  virtual int param_sums() const { return 0; }
+  virtual void measure_param_sums(double, std::vector<ExactSum>& out) { out.clear(); }
+  virtual void step_with_sums(double grad_scale, const std::vector<ExactSum>&) { step(grad_scale); }
   virtual void reload_model_params() = 0;
   virtual void fence() = 0;
   virtual std::int64_t step_count(const std::string& name) const = 0;
@@ -71,6 +76,19 @@ class Engine {
 
 /// `config` as the config of `Policy`; throws InvalidArgument naming both algorithms when
 /// it is another's.
+/// How many per-param sums a group with `config` needs before its update (LAMB: 2).
+inline int param_sums_of(const AlgorithmConfig& config) {
+  return std::visit(
+      [](const auto& c) {
+        using P = typename std::decay_t<decltype(c)>::Policy;
+        if constexpr (has_tensor_sums<P>)
+          return P::tensor_sums;
+        else
+          return 0;
+      },
+      config);
+}
+
 template <class Policy>
 const typename Policy::Config& config_of(const AlgorithmConfig& config, const std::string& owner) {
   const auto* c = std::get_if<typename Policy::Config>(&config);
@@ -110,6 +128,18 @@ class EngineFor final : public Engine {
   void grad_norm_parts(NormParts& out) override { opt_.grad_norm_parts(out); }
   void prepare_step() override { opt_.prepare_step(); }
   void step(double grad_scale) override { opt_.step(grad_scale); }
+  int param_sums() const override {
+    if constexpr (has_tensor_sums<Policy>)
+      return Policy::tensor_sums;
+    else
+      return 0;
+  }
+  void measure_param_sums(double grad_scale, std::vector<ExactSum>& out) override {
+    opt_.measure_param_sums(grad_scale, out);
+  }
+  void step_with_sums(double grad_scale, const std::vector<ExactSum>& sums) override {
+    opt_.step(grad_scale, &sums);
+  }
   void reload_model_params() override { opt_.reload_model_params(); }
   void fence() override { Impl::fence(opt_.exec(), "kopt::HybridOptimizer::fence"); }
   std::int64_t step_count(const std::string& name) const override { return opt_.step_count(name); }

@@ -292,7 +292,7 @@ double FusedOptimizer<ExecSpace, Policy>::grad_sum_of_squares() {
 }
 
 template <class ExecSpace, class Policy>
-void FusedOptimizer<ExecSpace, Policy>::step(double grad_scale) {
+void FusedOptimizer<ExecSpace, Policy>::begin_step_(double grad_scale) {
   KOPT_THROW_IF(!std::isfinite(grad_scale),
                 label_ << ": step(grad_scale = " << grad_scale << "): grad_scale must be finite");
   registry_.validate_configs();
@@ -305,15 +305,49 @@ void FusedOptimizer<ExecSpace, Policy>::step(double grad_scale) {
     Kokkos::deep_copy(exec_, row_steps_, row_steps_host_);
   }
   // Launched here, not in prepare_step(): a step that fails or is skipped before its update
-  // leaves the masters as they were, so weights written after it still count.
+  // leaves the masters as they were, so weights written after it still count. (Run again
+  // by a step after measure_param_sums(): the masters then round to their params already,
+  // and the sync keeps them.)
   for (const SyncTable& t : sync_tables_)
     Impl::launch_sync(exec_, label_ + "::sync_master", t.dtype, slots_, t.chunks);
   state_.settle_ties(exec_, registry_, [&](std::size_t i) { return signature_[i] > 0; });
+}
+
+template <class ExecSpace, class Policy>
+void FusedOptimizer<ExecSpace, Policy>::measure_param_sums(double grad_scale,
+                                                           std::vector<Impl::ExactSum>& out) {
+  out.clear();
+  if constexpr (Impl::has_tensor_sums<Policy>) {
+    begin_step_(grad_scale);
+    auto sums = rates_.measure(exec_, label_, state_.storage(), slots_, scalars_, class_chunks_(),
+                               registry_.size());
+    for (auto& entry : sums)
+      for (auto& sum : entry) {
+        sum.normalize();
+        out.push_back(sum);
+      }
+  }
+}
+
+template <class ExecSpace, class Policy>
+void FusedOptimizer<ExecSpace, Policy>::step(double grad_scale,
+                                             const std::vector<Impl::ExactSum>* param_sums) {
+  begin_step_(grad_scale);
   if constexpr (Impl::has_tensor_sums<Policy>) {  // each param's rate, from its sums
-    std::vector<Kokkos::View<Impl::Chunk*, memory_space>> chunks;
-    for (const KernelClass& kc : classes_) chunks.push_back(kc.chunks);
-    rates_.compute(exec_, label_, state_.storage(), slots_, slots_host_, scalars_, scalars_host_,
-                   chunks, updated_);
+    constexpr int K = Policy::tensor_sums;
+    typename Impl::TensorRates<ExecSpace, Policy>::Sums sums;
+    if (param_sums == nullptr) {
+      sums = rates_.measure(exec_, label_, state_.storage(), slots_, scalars_, class_chunks_(),
+                            registry_.size());
+    } else {
+      KOPT_THROW_IF(param_sums->size() != registry_.size() * K,
+                    label_ << ": step(): " << param_sums->size() << " param sums for "
+                           << registry_.size() << " params of " << K << " sums each");
+      sums.resize(registry_.size());
+      for (std::size_t i = 0; i < registry_.size(); ++i)
+        for (int k = 0; k < K; ++k) sums[i][k] = (*param_sums)[i * K + k];
+    }
+    rates_.set_rates(exec_, sums, slots_host_, scalars_host_, signature_, updated_);
   }
   for (const KernelClass& kc : classes_)
     Impl::launch_update<ExecSpace, Policy>(exec_, label_ + "::update", kc.key.param, kc.key.grad,
@@ -327,6 +361,14 @@ void FusedOptimizer<ExecSpace, Policy>::step(double grad_scale) {
   // destructor for) nothing.
   sync_entries_.clear();
   sync_tables_.clear();
+}
+
+template <class ExecSpace, class Policy>
+std::vector<Kokkos::View<Impl::Chunk*, typename ExecSpace::memory_space>>
+FusedOptimizer<ExecSpace, Policy>::class_chunks_() const {
+  std::vector<Kokkos::View<Impl::Chunk*, memory_space>> chunks;
+  for (const KernelClass& kc : classes_) chunks.push_back(kc.chunks);
+  return chunks;
 }
 
 template <class ExecSpace, class Policy>

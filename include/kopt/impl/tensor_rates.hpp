@@ -6,7 +6,6 @@
 /// Policy::rate, and the rates uploaded for the update kernel (FusedUpdateFunctor reads
 /// rates()(slot) into its scalars). For every other policy an empty class: no cost.
 
-#include <functional>
 #include <kopt/impl/engine_state.hpp>
 #include <kopt/impl/tensor_sums.hpp>
 #include <string>
@@ -29,7 +28,8 @@ class TensorRates<ExecSpace, Policy, true> {
   using memory_space = typename ExecSpace::memory_space;
   using Scalars = typename Policy::Scalars;
   static constexpr int K = Policy::tensor_sums;
-  /// A param's K sums (by registry entry), for an owner to combine before the rates.
+  /// Each entry's K sums (by registry entry): an owner may join them with other ranks'
+  /// sums of the same params before the rates (a sharded optimizer).
   using Sums = std::vector<std::array<ExactSum, K>>;
 
   /// The kernel classes (host chunk lists and keys, as FusedOptimizer uploads them) and
@@ -62,19 +62,14 @@ class TensorRates<ExecSpace, Policy, true> {
     (void)exec;
   }
 
-  /// Every updated entry's rate this step: `updated` entries, `slots_host` their slots (as
-  /// uploaded to `slots`), `scalars` and `scalars_host` the step's rows, `chunks` each
-  /// class's device chunk table. `combine` may join the sums across ranks first.
-  void compute(const ExecSpace& exec, const std::string& label, const StateStorage& storage,
+  /// Each entry's sums this step (entries without a measured class: zeros): the measure
+  /// pass of every class whose variant needs it, over `chunks` (each class's device chunk
+  /// table, as uploaded), with `slots` and this step's `scalars`. Blocks.
+  Sums measure(const ExecSpace& exec, const std::string& label, const StateStorage& storage,
                const Kokkos::View<const UpdateSlot*, memory_space>& slots,
-               const typename Kokkos::View<UpdateSlot*, memory_space>::HostMirror& slots_host,
                const Kokkos::View<const Scalars*, memory_space>& scalars,
-               const typename Kokkos::View<Scalars*, memory_space>::HostMirror& scalars_host,
-               const std::vector<Kokkos::View<Chunk*, memory_space>>& chunks,
-               const std::vector<std::size_t>& updated,
-               const std::function<void(Sums&)>& combine = {}) {
-    Sums sums(slots_host.extent(0));
-    std::vector<bool> measured(slots_host.extent(0), false);
+               const std::vector<Kokkos::View<Chunk*, memory_space>>& chunks, std::size_t entries) {
+    Sums sums(entries);
     for (std::size_t c = 0; c < classes_.size(); ++c) {
       ClassSums& cs = classes_[c];
       if (!Policy::measures(cs.key.variant) || cs.chunks.empty()) continue;
@@ -83,20 +78,31 @@ class TensorRates<ExecSpace, Policy, true> {
     }
     fence(exec, label + "::tensor_sums");
     for (const ClassSums& cs : classes_)
-      for (std::size_t c = 0; c < cs.chunks.size(); ++c) {
-        const auto slot = static_cast<std::size_t>(cs.chunks[c].slot);
-        measured[slot] = true;
-        for (int k = 0; k < K; ++k) sums[slot][k].join(cs.sums_host(c, k));
-      }
-    if (combine) combine(sums);
+      for (std::size_t c = 0; c < cs.chunks.size(); ++c)
+        for (int k = 0; k < K; ++k)
+          sums[static_cast<std::size_t>(cs.chunks[c].slot)][k].join(cs.sums_host(c, k));
+    return sums;
+  }
+
+  /// The rate of every `updated` entry from its (whole-param) sums: Policy::rate where its
+  /// class measures, else its scalars' own rate; uploaded for the update kernel.
+  void set_rates(const ExecSpace& exec, Sums& sums,
+                 const typename Kokkos::View<UpdateSlot*, memory_space>::HostMirror& slots_host,
+                 const typename Kokkos::View<Scalars*, memory_space>::HostMirror& scalars_host,
+                 const std::vector<int>& signature, const std::vector<std::size_t>& updated) {
     for (const std::size_t i : updated) {
       const Scalars& s = scalars_host(slots_host(i).scalar_set);
+      const ClassKey& key = classes_.at(static_cast<std::size_t>(signature[i] - 1)).key;
+      if (!Policy::measures(key.variant)) {
+        rates_host_(i) = s.rate;
+        continue;
+      }
       double d[K];
       for (int k = 0; k < K; ++k) {
-        sums[i][k].normalize();
+        sums.at(i)[k].normalize();
         d[k] = sums[i][k].value();
       }
-      rates_host_(i) = measured[i] ? Policy::rate(s, d) : s.rate;
+      rates_host_(i) = Policy::rate(s, d);
     }
     Kokkos::deep_copy(exec, rates_, rates_host_);
   }
