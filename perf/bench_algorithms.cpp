@@ -1,7 +1,7 @@
-// Every algorithm beside Adam on every enabled space: SGD (plain, momentum, Nesterov), Lion
-// and Adagrad, fp32 and bf16 params with fp32 masters, each timed beside the ceiling of its
-// own access pattern (the state arrays it keeps; perf/ceiling.hpp), alternating inside each
-// iteration so machine noise hits both.
+// Every algorithm beside Adam on every enabled space: SGD (plain, momentum, Nesterov), Lion,
+// Adagrad and LAMB, fp32 and bf16 params with fp32 masters, each timed beside the ceiling of
+// its own access pattern (the state arrays it keeps; perf/ceiling.hpp; LAMB: a read of every
+// stream, then the update's), alternating inside each iteration so machine noise hits both.
 #include <kopt/impl/fused_optimizer_def.hpp>
 #include <kopt/kopt.hpp>
 
@@ -34,6 +34,80 @@ void bm_algorithm(benchmark::State& state, Config config) {
                       [&] { opt.step(); });
 }
 
+/// LAMB's measure pass as a pattern: a read of the param (its master), grad and both
+/// moments, summed in 16 float lanes per chunk (the pass itself writes nothing).
+template <class ExecSpace, class ParamT>
+struct ReadStateFunctor {
+  const ParamT* grad;
+  const float *master, *m, *v;
+  Kokkos::View<float*, typename ExecSpace::memory_space> partials;
+  std::int64_t n;
+  static constexpr std::int64_t size = kopt::Impl::chunk_size<ExecSpace>;
+  KOKKOS_INLINE_FUNCTION float at(std::int64_t i) const {
+    return master[i] + raw_value(grad[i]) + m[i] + v[i];
+  }
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t chunk) const {
+    const std::int64_t begin = chunk * size, end = begin + size < n ? begin + size : n;
+    float lane[16] = {};
+    std::int64_t i = begin;
+    for (; i + 16 <= end; i += 16)
+      for (int k = 0; k < 16; ++k) lane[k] += at(i + k);
+    float sum = 0.0f;
+    for (; i < end; ++i) sum += at(i);
+    for (int k = 0; k < 16; ++k) sum += lane[k];
+    partials(chunk) = sum;
+  }
+  template <class Member>
+  KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
+    const std::int64_t begin = team.league_rank() * size, end = begin + size < n ? begin + size : n;
+    float sum = 0.0f;
+    Kokkos::parallel_reduce(
+        Kokkos::TeamThreadRange(team, begin, end),
+        [&](const std::int64_t i, float& acc) { acc += at(i); }, sum);
+    if (team.team_rank() == 0) partials(team.league_rank()) = sum;
+  }
+};
+
+/// LAMB on one tensor beside its two passes' ceiling: the read of every stream (its master
+/// or fp32 param, grad, m, v), then Adam's update pattern (the same state).
+template <class ExecSpace, class ParamT>
+void bm_lamb(benchmark::State& state, kopt::LambConfig config) {
+  using Mem = typename ExecSpace::memory_space;
+  const auto n = static_cast<std::int64_t>(state.range(0));
+  ExecSpace exec;
+  Kokkos::View<ParamT*, Mem> param("kopt::perf::param", n), grad("kopt::perf::grad", n);
+  fill_random(param, 1);
+  fill_random(grad, 2);
+  kopt::FusedOptimizer<ExecSpace, kopt::Impl::LambPolicy> opt(exec, config, "kopt::perf");
+  opt.add("w", kopt::Tensor(param), kopt::Tensor(grad));
+  opt.step();
+  const auto s = opt.state("w");
+  const auto pattern = pattern_of<ParamT, ParamT, 3u>(param.data(), grad.data(), s);
+  const float* master = std::is_same_v<ParamT, float> ? reinterpret_cast<const float*>(param.data())
+                                                      : s.master.data();
+  const std::int64_t size = kopt::Impl::chunk_size<ExecSpace>;
+  const ReadStateFunctor<ExecSpace, ParamT> read{
+      grad.data(),
+      master,
+      s.arrays[0].data(),
+      s.arrays[1].data(),
+      Kokkos::View<float*, Mem>("kopt::perf::partials", (n + size - 1) / size),
+      n};
+  const auto run_read = [&] {
+    kopt::Impl::launch_chunks(exec, "kopt::perf::read_state", read.partials.extent(0), read);
+  };
+  const double read_bytes = 12.0 + sizeof(ParamT);  // master or param, grad, m, v
+  double kopt_total = 0.0, ceiling_total = 0.0;
+  for (auto _ : state) {
+    ceiling_total += seconds(exec, run_read) + ceiling_seconds(exec, pattern, n);
+    const double t = seconds(exec, [&] { opt.step(); });
+    state.SetIterationTime(t);
+    kopt_total += t;
+  }
+  report(state, static_cast<double>(n), read_bytes + update_bytes<ParamT, ParamT>(3u), kopt_total,
+         ceiling_total, exec.concurrency());
+}
+
 template <class S, class Config, unsigned Arrays>
 void add_both(const std::string& name, const Config& config, const std::string& on,
               const std::vector<std::int64_t>& sizes) {
@@ -61,6 +135,12 @@ void register_algorithm_benchmarks() {
         "sgd_nesterov", kopt::SgdConfig{.lr = 1e-2, .momentum = 0.9, .nesterov = true}, on, sizes);
     add_both<S, kopt::LionConfig, 1u>("lion", kopt::LionConfig{.weight_decay = 0.1}, on, sizes);
     add_both<S, kopt::AdagradConfig, 1u>("adagrad", kopt::AdagradConfig{}, on, sizes);
+    add(
+        "lamb_fp32" + on, [](benchmark::State& s) { bm_lamb<S, float>(s, kopt::LambConfig{}); },
+        sizes);
+    add(
+        "lamb_bf16_master" + on,
+        [](benchmark::State& s) { bm_lamb<S, kopt::bfloat16>(s, kopt::LambConfig{}); }, sizes);
   });
 }
 
