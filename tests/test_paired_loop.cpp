@@ -26,7 +26,8 @@ struct Streams {
   std::vector<std::uint16_t> remainder;
   bool operator==(const Streams& o) const {
     const auto same = [](const auto& a, const auto& b) {
-      return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 2) == 0;
+      return a.size() == b.size() &&
+             (a.empty() || std::memcmp(a.data(), b.data(), a.size() * 2) == 0);  // no null
     };
     return same(param, o.param) && same(s0, o.s0) && same(s1, o.s1) && same(s2, o.s2) &&
            same(remainder, o.remainder);
