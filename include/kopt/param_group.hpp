@@ -27,7 +27,6 @@ enum class StatePlacement : std::uint8_t {
 /// "with_params" or "host".
 const char* name_of(StatePlacement placement);
 
-
 /// A parameter as registered: its unique name, its memory and its gradient's.
 struct ParamSpec {
   std::string name;
@@ -36,8 +35,8 @@ struct ParamSpec {
 };
 
 /// A config plus named parameters, as torch.optim's param groups. The config's type is the
-/// group's algorithm (AdamConfig, SgdConfig, LionConfig, AdagradConfig, LambConfig); groups of different
-/// algorithms live in one optimizer. A group may hold params of several dtypes and memory
+/// group's algorithm (AdamConfig, SgdConfig, LionConfig, AdagradConfig, LambConfig); groups of
+/// different algorithms live in one optimizer. A group may hold params of several dtypes and memory
 /// spaces; the optimizer splits the work by memory space, dtype and algorithm, and the config
 /// travels with every piece.
 class ParamGroup {
