@@ -1,7 +1,8 @@
 // Every algorithm beside Adam on every enabled space: SGD (plain, momentum, Nesterov), Lion,
 // Adagrad and LAMB, fp32 and bf16 params with fp32 masters, each timed beside the ceiling of
 // its own access pattern (the state arrays it keeps; perf/ceiling.hpp; LAMB: a read of every
-// stream, then the update's), alternating inside each iteration so machine noise hits both.
+// stream, then the update's), alternating inside each iteration so machine noise hits both;
+// Muon beside the gemms of its Newton-Schulz iteration alone.
 #include <kopt/impl/fused_optimizer_def.hpp>
 #include <kopt/kopt.hpp>
 
@@ -120,6 +121,49 @@ void add_both(const std::string& name, const Config& config, const std::string& 
       sizes);
 }
 
+/// Muon on one rows x cols fp32 matrix beside the same run's gemms alone: the 3 ns_steps
+/// KokkosBlas::gemm calls of its Newton-Schulz iteration on matrices of its shapes, with
+/// nothing around them. of_ceiling = gemm time / step time: the share of the step that is
+/// gemm (the rest: the two elementwise passes, the norm, the copies between the products).
+template <class ExecSpace>
+void bm_muon(benchmark::State& state, std::int64_t rows, std::int64_t cols) {
+  using Mem = typename ExecSpace::memory_space;
+  using Matrix = Kokkos::View<float**, Kokkos::LayoutRight, Mem>;
+  ExecSpace exec;
+  Matrix param("kopt::perf::param", rows, cols), grad("kopt::perf::grad", rows, cols);
+  fill_random(Kokkos::View<float*, Mem>(param.data(), param.span()), 1);
+  fill_random(Kokkos::View<float*, Mem>(grad.data(), grad.span()), 2);
+  const kopt::MuonConfig config{.lr = 2e-2};
+  kopt::FusedOptimizer<ExecSpace, kopt::Impl::MuonPolicy> opt(exec, config, "kopt::perf");
+  opt.add("w", kopt::Tensor(param), kopt::Tensor(grad));
+  opt.step();
+  const std::int64_t m = std::min(rows, cols);
+  Matrix x("kopt::perf::x", m, std::max(rows, cols)), y("kopt::perf::y", m, std::max(rows, cols));
+  Matrix a("kopt::perf::a", m, m), b("kopt::perf::b", m, m);
+  fill_random(Kokkos::View<float*, Mem>(x.data(), x.span()), 3);
+  const auto gemms = [&] {
+    for (int it = 0; it < static_cast<int>(config.ns_steps); ++it) {
+      KokkosBlas::gemm("N", "T", 1.0f, x, x, 0.0f, a);
+      KokkosBlas::gemm("N", "N", 2.0f, a, a, -4.0f, b);
+      KokkosBlas::gemm("N", "N", 1.0f, b, x, 3.0f, y);
+    }
+  };
+  double step_total = 0.0, gemm_total = 0.0;
+  for (auto _ : state) {
+    gemm_total += seconds(exec, gemms);
+    const double t = seconds(exec, [&] { opt.step(); });
+    state.SetIterationTime(t);
+    step_total += t;
+  }
+  const double iters = static_cast<double>(state.iterations());
+  const double flops = config.ns_steps * 2.0 * (2.0 * m * m * std::max(rows, cols) + 1.0 * m * m * m);
+  state.counters["Gelem/s"] = static_cast<double>(rows * cols) * iters / step_total / 1e9;
+  state.counters["GFLOP/s"] = flops * iters / step_total / 1e9;
+  state.counters["gemm_GFLOP/s"] = flops * iters / gemm_total / 1e9;
+  state.counters["of_ceiling"] = gemm_total / step_total;
+  state.counters["threads"] = exec.concurrency();
+}
+
 }  // namespace
 
 void register_algorithm_benchmarks() {
@@ -141,6 +185,10 @@ void register_algorithm_benchmarks() {
     add(
         "lamb_bf16_master" + on,
         [](benchmark::State& s) { bm_lamb<S, kopt::bfloat16>(s, kopt::LambConfig{}); }, sizes);
+    for (const auto& [rows, cols] : std::vector<std::pair<std::int64_t, std::int64_t>>{
+             {1024, 1024}, {4096, 1024}})
+      add("muon_" + std::to_string(rows) + "x" + std::to_string(cols) + on,
+          [rows, cols](benchmark::State& s) { bm_muon<S>(s, rows, cols); });
   });
 }
 

@@ -115,6 +115,24 @@ kopt_status kopt_groups_add_param(kopt_groups* groups, size_t group, const char*
   });
 }
 
+kopt_status kopt_groups_add_matrix_param(kopt_groups* groups, size_t group, const char* name,
+                                         void* param, kopt_dtype param_dtype, void* grad,
+                                         kopt_dtype grad_dtype, int64_t rows, int64_t cols,
+                                         kopt_memory_space space) {
+  return guard([&] {
+    KOPT_THROW_IF(rows < 0 || cols < 0 || (rows > 0 && cols > INT64_MAX / rows),
+                  "kopt C API: param '" << name_arg(name) << "' of " << rows << " x " << cols
+                                        << " elements");
+    const int64_t numel = rows * cols;
+    auto& g = deref(groups, "groups");
+    KOPT_THROW_IF(group >= g.groups.size(), "kopt C API: group " << group << " does not exist ("
+                                                                 << g.groups.size() << " groups)");
+    KOPT_THROW_IF(param == nullptr, "kopt C API: param '" << name_arg(name) << "' is NULL");
+    g.groups[group].add(name_arg(name), tensor(param, param_dtype, numel, space).matrix(rows, cols),
+                        tensor(grad, grad_dtype, numel, space));
+  });
+}
+
 kopt_status kopt_optimizer_create(const kopt_groups* groups, const kopt_options* options,
                                   kopt_optimizer** optimizer) {
   return guard([&] {

@@ -93,6 +93,24 @@ HybridOptimizer::HybridOptimizer(std::vector<ParamGroup> groups, const HybridOpt
             << "', whose update needs the norm of each whole param before it; "
             << "offloaded groups (StatePlacement::host) do not run it (parameter '"
             << groups_[g].params().front().name << "'): keep its state with_params");
+    // Muon: each param is orthogonalized as a whole matrix, on the engine that holds it.
+    const bool matrices = Impl::needs_whole_matrices(groups_[g].algorithm());
+    if (matrices && !groups_[g].params().empty()) {
+      const std::string what = "kopt::HybridOptimizer: group " + std::to_string(g) + " runs '" +
+                               algorithm_name(groups_[g].algorithm()) +
+                               "', which updates each param as a whole matrix; ";
+      KOPT_THROW_IF(groups_[g].placement() == StatePlacement::host,
+                    what << "offloaded groups (StatePlacement::host) do not run it (parameter '"
+                         << groups_[g].params().front().name << "'): keep its state with_params");
+      KOPT_THROW_IF(options_.sharding.has_value(),
+                    what << "sharded optimizers (HybridOptions::sharding) do not run it yet "
+                         << "(parameter '" << groups_[g].params().front().name << "')");
+      for (const ParamSpec& p : groups_[g].params())
+        KOPT_THROW_IF(!p.param.is_matrix() || p.param.is_shard(),
+                      what << "parameter '" << p.name << "' is " << describe(p.param)
+                           << ": give it its 2-D shape (kopt::Tensor::matrix), or put it in a "
+                           << "group of an elementwise algorithm (AdamW)");
+    }
     for (const ParamSpec& p : groups_[g].params()) {
       KOPT_THROW_IF(p.param.is_shard() && !options_.sharding,
                     "kopt::HybridOptimizer: parameter '"
@@ -127,7 +145,7 @@ HybridOptimizer::HybridOptimizer(std::vector<ParamGroup> groups, const HybridOpt
       // params to move): groups of other forms are never chosen, nor LAMB groups (above).
       // Arrays of any dtype are.
       if (!item.offloaded && item.storage.master == MasterStorage::f32 &&
-          item.space != host_space && !whole) {
+          item.space != host_space && !whole && !matrices) {
         candidates.push_back(pending.size());
         candidate_bytes.push_back(device_state_bytes(shards_->local_param(pending.size()),
                                                      groups_[g].algorithm(), item.storage));

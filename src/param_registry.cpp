@@ -6,10 +6,11 @@
 namespace kopt::Impl {
 
 namespace {
-/// Every field the engines' plans read (memory, size, dtype, space, shard placement).
+/// Every field the engines' plans read (memory, size, dtype, space, shard placement, shape).
 bool same_tensor(const Tensor& a, const Tensor& b) {
   return a.data == b.data && a.numel == b.numel && a.dtype == b.dtype && a.space == b.space &&
-         a.global_numel == b.global_numel && a.global_offset == b.global_offset;
+         a.global_numel == b.global_numel && a.global_offset == b.global_offset &&
+         a.rows == b.rows && a.cols == b.cols;
 }
 }  // namespace
 
@@ -136,9 +137,16 @@ void ParamRegistry::rebind(const std::string& name, const Tensor& param, const T
   KOPT_THROW_IF(param.dtype != entry.param.dtype, owner_ << ": rebind of '" << name << "' to dtype "
                                                          << name_of(param.dtype) << "; it is "
                                                          << name_of(entry.param.dtype));
+  KOPT_THROW_IF_AS(ShapeMismatch,
+                   param.is_matrix() && entry.param.is_matrix() &&
+                       (param.rows != entry.param.rows || param.cols != entry.param.cols),
+                   owner_ << ": rebind of '" << name << "' to " << describe(param) << "; it is "
+                          << describe(entry.param) << " (rebind replaces memory, not shape)");
   check_grad_(name, param, grad);
-  if (!same_tensor(entry.param, param) || !same_tensor(entry.grad, grad)) ++version_;
-  entry.param = param;
+  Tensor kept = param;  // a tensor without a shape keeps the registered one
+  if (!param.is_matrix()) kept.rows = entry.param.rows, kept.cols = entry.param.cols;
+  if (!same_tensor(entry.param, kept) || !same_tensor(entry.grad, grad)) ++version_;
+  entry.param = kept;
   entry.grad = grad;
 }
 

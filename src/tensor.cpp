@@ -52,7 +52,12 @@ const char* name_of(MemorySpace space) {
 
 std::string describe(const Tensor& t) {
   std::ostringstream out;
-  out << name_of(t.dtype) << '[' << t.numel << "] @ " << name_of(t.space);
+  out << name_of(t.dtype) << '[';
+  if (t.is_matrix())
+    out << t.rows << 'x' << t.cols;
+  else
+    out << t.numel;
+  out << "] @ " << name_of(t.space);
   if (t.is_shard()) out << " (elements " << t.global_offset << ".. of " << t.global_numel << ')';
   return out.str();
 }
@@ -65,6 +70,7 @@ Tensor Tensor::shard_of(std::int64_t global_numel_, std::int64_t offset) const {
   Tensor out = *this;
   out.global_numel = global_numel_;
   out.global_offset = offset;
+  out.rows = out.cols = -1;  // the local shape is not the global one: matrix() after this
   return out;
 }
 
@@ -77,6 +83,22 @@ Tensor Tensor::slice(std::int64_t offset, std::int64_t count) const {
         static_cast<unsigned char*>(data) + static_cast<std::size_t>(offset) * size_of(dtype);
   out.numel = count;
   out.global_offset = global_offset + offset;
+  out.rows = out.cols = -1;
+  return out;
+}
+
+Tensor Tensor::matrix(std::int64_t rows_, std::int64_t cols_) const {
+  const std::int64_t whole = is_shard() ? global_numel : numel;
+  // rows_ * cols_ == whole, without the product (it may overflow).
+  const bool fits = rows_ >= 0 && cols_ >= 0 &&
+                    (rows_ == 0 || cols_ == 0 ? whole == 0
+                                              : whole % rows_ == 0 && whole / rows_ == cols_);
+  KOPT_THROW_IF(!fits, "kopt::Tensor::matrix(" << rows_ << ", " << cols_ << ") of "
+                                               << describe(*this) << ": rows * cols must be "
+                                               << whole << ", both >= 0");
+  Tensor out = *this;
+  out.rows = rows_;
+  out.cols = cols_;
   return out;
 }
 

@@ -50,12 +50,23 @@ struct AlgorithmWorld {
       params.emplace_back(defs[j].param, defs[j].on_device, defs[j].n);
       grads.emplace_back(defs[j].grad, defs[j].on_device, defs[j].n);
       params[j].set(uniform(rng, defs[j].n));
-      groups.at(defs[j].group).add(name(j), params[j].tensor(), grads[j].tensor());
+      groups.at(defs[j].group).add(name(j), shaped(j, params[j].tensor()), grads[j].tensor());
     }
     last_grads.resize(defs.size());
     opt = std::make_unique<kopt::HybridOptimizer>(std::move(groups), options);
   }
   static std::string name(std::size_t j) { return "p" + std::to_string(j); }
+  // Param j as a matrix where its group updates whole matrices (Muon): its most nearly
+  // square shape, wide for even j, tall for odd j.
+  kopt::Tensor shaped(std::size_t j, const kopt::Tensor& t) const {
+    if (!kopt::Impl::needs_whole_matrices(configs.at(defs[j].group))) return t;
+    const auto n = static_cast<std::int64_t>(defs[j].n);
+    std::int64_t d = 1;
+    for (std::int64_t k = 1; k * k <= n; ++k)
+      if (n % k == 0) d = k;
+    const std::int64_t rows = n == 0 ? 0 : (j % 2 == 0 ? d : n / d);
+    return t.matrix(rows, n == 0 ? 0 : n / rows);
+  }
   static std::vector<double> uniform(std::mt19937& rng, std::size_t n) {
     std::uniform_real_distribution<double> d(-1, 1);
     std::vector<double> v(n);

@@ -5,11 +5,13 @@
 // policies and step scalars. A 16-bit param's reference is its double master: it starts
 // from the widened 16-bit value and never rounds.
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <kopt/adagrad_config.hpp>
 #include <kopt/lamb_config.hpp>
 #include <kopt/lion_config.hpp>
+#include <kopt/muon_config.hpp>
 #include <kopt/sgd_config.hpp>
 #include <limits>
 #include <vector>
@@ -183,6 +185,80 @@ struct ReferenceLamb {
     for (std::size_t i = 0; i < param.size(); ++i) param[i] -= c.lr * r * u[i];
   }
   double last_ratio = 1.0;  // the last step's r
+};
+
+// Muon as torch.optim.Muon (kopt/muon_config.hpp), all of it in double: the momentum, the
+// Newton-Schulz iteration on the rows x cols matrix (on its transpose when tall, as torch
+// writes it), the shape's lr scale, decoupled decay.
+inline std::vector<double> reference_newton_schulz(std::vector<double> x, std::int64_t rows,
+                                                   std::int64_t cols, const kopt::MuonConfig& c) {
+  const bool tall = rows > cols;
+  const std::int64_t m = tall ? cols : rows, n = tall ? rows : cols;  // X is m x n, m <= n
+  std::vector<double> t(x.size());
+  const auto at = [&](std::vector<double>& v, std::int64_t i, std::int64_t j) -> double& {
+    return tall ? v[static_cast<std::size_t>(j * cols + i)] : v[static_cast<std::size_t>(i * cols + j)];
+  };
+  double sq = 0.0;
+  for (const double v : x) sq += v * v;
+  const double norm = std::max(std::sqrt(sq), c.eps);
+  for (double& v : x) v /= norm;
+  std::vector<double> a(static_cast<std::size_t>(m * m)), b(a.size());
+  for (int it = 0; it < static_cast<int>(c.ns_steps); ++it) {
+    for (std::int64_t i = 0; i < m; ++i)
+      for (std::int64_t j = 0; j < m; ++j) {
+        double s = 0.0;
+        for (std::int64_t k = 0; k < n; ++k) s += at(x, i, k) * at(x, j, k);
+        a[static_cast<std::size_t>(i * m + j)] = s;
+      }
+    for (std::int64_t i = 0; i < m; ++i)
+      for (std::int64_t j = 0; j < m; ++j) {
+        double s = 0.0;
+        for (std::int64_t k = 0; k < m; ++k)
+          s += a[static_cast<std::size_t>(i * m + k)] * a[static_cast<std::size_t>(k * m + j)];
+        b[static_cast<std::size_t>(i * m + j)] = c.ns_b * a[static_cast<std::size_t>(i * m + j)] + c.ns_c * s;
+      }
+    for (std::int64_t i = 0; i < m; ++i)
+      for (std::int64_t j = 0; j < n; ++j) {
+        double s = 0.0;
+        for (std::int64_t k = 0; k < m; ++k) s += b[static_cast<std::size_t>(i * m + k)] * at(x, k, j);
+        at(t, i, j) = c.ns_a * at(x, i, j) + s;
+      }
+    std::swap(x, t);
+  }
+  return x;
+}
+
+struct ReferenceMuon {
+  kopt::MuonConfig config;
+  std::int64_t rows, cols;
+  std::vector<double> param, momentum_buffer;
+  std::vector<double> momentum_buffer_size;  // the buffer's recurrence on |g|
+  std::int64_t step = 0;
+
+  ReferenceMuon(const kopt::MuonConfig& c, std::vector<double> p, std::int64_t r, std::int64_t k)
+      : config(c),
+        rows(r),
+        cols(k),
+        param(std::move(p)),
+        momentum_buffer(param.size(), 0.0),
+        momentum_buffer_size(param.size(), 0.0) {}
+
+  void update(const std::vector<double>& grad, double grad_scale = 1.0) {
+    const kopt::MuonConfig& c = config;
+    ++step;
+    std::vector<double> u(param.size());
+    for (std::size_t i = 0; i < param.size(); ++i) {
+      const double g = grad[i] * grad_scale;
+      momentum_buffer[i] += (1.0 - c.momentum) * (g - momentum_buffer[i]);
+      momentum_buffer_size[i] += (1.0 - c.momentum) * (std::abs(g) - momentum_buffer_size[i]);
+      u[i] = c.nesterov ? g + c.momentum * (momentum_buffer[i] - g) : momentum_buffer[i];
+    }
+    if (param.empty()) return;
+    const std::vector<double> o = reference_newton_schulz(u, rows, cols, c);
+    const double rate = c.lr * c.lr_scale(static_cast<double>(rows), static_cast<double>(cols));
+    for (std::size_t i = 0; i < param.size(); ++i)
+      param[i] = param[i] * (1.0 - c.lr * c.weight_decay) - rate * o[i];
+  }
 };
 
 }  // namespace kopt_test

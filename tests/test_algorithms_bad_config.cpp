@@ -78,10 +78,27 @@ std::vector<BadCase<kopt::LambConfig>> bad_lamb() {
   };
 }
 
+std::vector<BadCase<kopt::MuonConfig>> bad_muon() {
+  using C = kopt::MuonConfig;
+  return {
+      {[](C& c) { c.lr = -1; }, "MuonConfig.lr = -1"},
+      {[](C& c) { c.weight_decay = NAN; }, "MuonConfig.weight_decay = nan"},
+      {[](C& c) { c.momentum = -0.5; }, "MuonConfig.momentum = -0.5"},
+      {[](C& c) { c.ns_a = INFINITY; }, "MuonConfig.ns_a = inf"},
+      {[](C& c) { c.ns_b = NAN; }, "MuonConfig.ns_b = nan"},
+      {[](C& c) { c.ns_c = -INFINITY; }, "MuonConfig.ns_c = -inf"},
+      {[](C& c) { c.eps = 0; }, "MuonConfig.eps = 0"},
+      {[](C& c) { c.ns_steps = 100; }, "MuonConfig.ns_steps = 100"},  // torch: < 100
+      {[](C& c) { c.ns_steps = 2.5; }, "MuonConfig.ns_steps = 2.5"},
+      {[](C& c) { c.ns_steps = -1; }, "MuonConfig.ns_steps = -1"},
+  };
+}
+
 // Valid configs with every switch on that the spoilers do not need off.
 kopt::SgdConfig good(kopt::SgdConfig) { return {.lr = 0.05, .momentum = 0.0}; }
 kopt::LionConfig good(kopt::LionConfig) { return {.lr = 1e-3, .weight_decay = 0.1}; }
 kopt::LambConfig good(kopt::LambConfig) { return {.lr = 1e-3, .clamp_trust = true}; }
+kopt::MuonConfig good(kopt::MuonConfig) { return {.lr = 1e-2, .match_rms_adamw = true}; }
 kopt::AdagradConfig good(kopt::AdagradConfig) {
   return {.lr = 0.05, .lr_decay = 0.01, .initial_accumulator_value = 0.1};
 }
@@ -116,6 +133,82 @@ TEST(AlgorithmsBadConfig, EveryInvalidFieldIsNamedByValidateParamGroupAndEngine)
   expect_refused_everywhere(bad_lion());
   expect_refused_everywhere(bad_adagrad());
   expect_refused_everywhere(bad_lamb());
+  expect_refused_everywhere(bad_muon());
+}
+
+// Muon updates whole matrices: a param without a 2-D shape (or a shard's piece) is refused
+// by the engine and by the optimizer, naming it; so are an offloaded Muon group and a sharded
+// optimizer with one (not yet run), each before anything exists.
+TEST(AlgorithmsBadConfig, MuonParamsWithoutShapeOffloadedOrShardedAreRefusedNamingThem) {
+  std::vector<float> w(12, 0.5f), g(12, 0.1f);
+  const auto weight = kopt::Tensor::from(w.data(), 12);
+  const auto grad = kopt::Tensor::from(g.data(), 12);
+  using Engine = kopt::FusedOptimizer<Kokkos::DefaultHostExecutionSpace, kopt::Impl::MuonPolicy>;
+  Engine engine(Kokkos::DefaultHostExecutionSpace(), kopt::MuonConfig{});
+  for (const char* needle : {"'layer.weight'", "f32[12] @ host", "2-D shape"})
+    expect_error<kopt::InvalidArgument>([&] { engine.add("layer.weight", weight, grad); }, needle);
+  expect_error<kopt::InvalidArgument>(
+      [&] { engine.add("piece", weight.shard_of(24, 12).matrix(4, 6), grad); }, "whole");
+  EXPECT_EQ(engine.size(), 0u);
+  const auto groups = [&](kopt::StatePlacement placement, const kopt::Tensor& p) {
+    kopt::ParamGroup adam(kopt::AdamConfig{});
+    adam.add("bias", kopt::Tensor::from(w.data(), 2), kopt::Tensor::from(g.data(), 2));
+    kopt::ParamGroup muon(kopt::MuonConfig{}, placement);
+    muon.add("layer.weight", p, grad);
+    return std::vector<kopt::ParamGroup>{adam, muon};
+  };
+  const auto with_params = kopt::StatePlacement::with_params;
+  for (const char* needle : {"group 1 runs 'muon'", "'layer.weight'", "2-D shape"})
+    expect_error<kopt::InvalidArgument>(
+        [&] { kopt::HybridOptimizer opt(groups(with_params, weight)); }, needle);
+  for (const char* needle : {"group 1 runs 'muon'", "offloaded groups", "'layer.weight'"})
+    expect_error<kopt::InvalidArgument>(
+        [&] { kopt::HybridOptimizer opt(groups(kopt::StatePlacement::host, weight.matrix(3, 4))); },
+        needle);
+  kopt::HybridOptions sharded;
+  sharded.sharding = kopt::ShardingOptions{std::make_shared<kopt::SingleProcessCommunicator>()};
+  for (const char* needle : {"group 1 runs 'muon'", "sharded", "'layer.weight'"})
+    expect_error<kopt::InvalidArgument>(
+        [&] { kopt::HybridOptimizer opt(groups(with_params, weight.matrix(3, 4)), sharded); },
+        needle);
+  kopt::HybridOptimizer fine(groups(with_params, weight.matrix(3, 4)));
+  fine.step();
+  EXPECT_NE(w[0], 0.5f) << "the Muon group did not step";
+  // A rebind keeps the shape (or must give the same one).
+  std::vector<float> w2(w);
+  fine.rebind("layer.weight", kopt::Tensor::from(w2.data(), 12), grad);
+  fine.step();
+  for (const char* needle : {"'layer.weight'", "f32[4x3]", "f32[3x4]"})
+    expect_error<kopt::ShapeMismatch>(
+        [&] { fine.rebind("layer.weight", kopt::Tensor::from(w2.data(), 12).matrix(4, 3), grad); },
+        needle);
+}
+
+// kopt::Tensor's 2-D shape: rows * cols must be its numel (a shard's: the global one); a
+// slice or a shard_of drops it; describe() shows it; a row-major 2-D View carries it.
+TEST(AlgorithmsBadConfig, TensorMatrixShapeIsCheckedAndDroppedWherePiecesAreTaken) {
+  std::vector<float> w(12);
+  const auto t = kopt::Tensor::from(w.data(), 12);
+  EXPECT_FALSE(t.is_matrix());
+  const auto m = t.matrix(3, 4);
+  EXPECT_TRUE(m.is_matrix());
+  EXPECT_EQ(m.rows, 3);
+  EXPECT_EQ(m.cols, 4);
+  EXPECT_EQ(kopt::describe(m), "f32[3x4] @ host");
+  for (const auto& [r, c] : std::vector<std::pair<std::int64_t, std::int64_t>>{
+           {4, 4}, {-3, -4}, {0, 12}, {12, 0}, {5, 2}, {INT64_MAX, 2}})
+    expect_error<kopt::InvalidArgument>([&] { (void)t.matrix(r, c); }, "rows * cols must be 12");
+  EXPECT_FALSE(m.slice(0, 4).is_matrix());
+  EXPECT_FALSE(m.shard_of(24, 12).is_matrix());
+  EXPECT_TRUE(t.shard_of(24, 12).matrix(4, 6).is_matrix());  // the global tensor's shape
+  expect_error<kopt::InvalidArgument>([&] { (void)t.shard_of(24, 12).matrix(3, 4); },
+                                      "must be 24");
+  EXPECT_EQ(kopt::Tensor::from(w.data(), 0).matrix(0, 5).rows, 0);
+  Kokkos::View<float**, Kokkos::LayoutRight, Kokkos::HostSpace> v("v", 5, 7);
+  const kopt::Tensor from_view(v);
+  EXPECT_EQ(from_view.rows, 5);
+  EXPECT_EQ(from_view.cols, 7);
+  EXPECT_EQ(from_view.numel, 35);
 }
 
 // LAMB's update needs each whole param's norms: an offloaded group (its engine streams

@@ -145,12 +145,44 @@ TEST(AlgorithmsHybrid, LambSaveAndLoadResumeBitwise) {
   }
 }
 
+// Muon on matrices beside AdamW in one optimizer, clipping on: a checkpoint resumes bitwise,
+// whether the weights are written before the load or after it (then reload_model_params),
+// the momentum buffers and the masters of 16-bit params included.
+TEST(AlgorithmsHybrid, MuonBesideAdamWSaveAndLoadResumeBitwise) {
+  const std::vector<kopt::AlgorithmConfig> configs = {kopt::MuonConfig{.lr = 2e-2},
+                                                      kopt::AdamConfig{.lr = 1e-3}};
+  TempDir dir;
+  AlgorithmWorld a(configs, defs(), clipped(), 5);
+  a.train(0, 5);
+  scale_lr(a.opt->group(0), 0.5);
+  a.train(5, 5);
+  a.opt->save(dir.str("ckpt"));
+  const auto weights = a.all_params();
+  a.train(10, 10);
+  for (const bool weights_first : {true, false}) {
+    SCOPED_TRACE(weights_first ? "weights, then load" : "load, then weights");
+    AlgorithmWorld b(configs, defs(), clipped(), 5);
+    b.train(0, 1);  // a state of its own first: the load replaces it
+    if (weights_first)
+      for (std::size_t j = 0; j < b.defs.size(); ++j) b.params[j].set(weights[j]);
+    b.opt->load(dir.str("ckpt"));
+    if (!weights_first) {
+      for (std::size_t j = 0; j < b.defs.size(); ++j) b.params[j].set(weights[j]);
+      b.opt->reload_model_params();
+    }
+    b.train(10, 10);
+    expect_same_params(a, b);
+    expect_same_state(a, b);
+  }
+  for (const auto& [name, s] : saved_params(*a.opt)) EXPECT_EQ(s.step, 20) << name;
+}
+
 // A checkpoint of one algorithm's group loaded into a group of another: refused naming
 // both, and the optimizer is as before (params, state, step counts, config).
 TEST(AlgorithmsHybrid, AnotherAlgorithmsCheckpointIsRefusedNamingBoth) {
   const std::vector<kopt::AlgorithmConfig> all = {
       kopt::AdamConfig{}, kopt::SgdConfig{.lr = 0.1, .momentum = 0.9}, kopt::LionConfig{},
-      kopt::AdagradConfig{}, kopt::LambConfig{}};
+      kopt::AdagradConfig{}, kopt::LambConfig{}, kopt::MuonConfig{}};
   const std::vector<ParamDef> two = {ParamDef{0, DType::f32, DType::f32, false, 13},
                                      ParamDef{0, DType::bf16, DType::f32, false, 29}};
   for (std::size_t i = 0; i < all.size(); ++i) {

@@ -57,7 +57,7 @@ void expect_same_on_both_paths(const std::vector<kopt::AlgorithmConfig>& configs
 }
 
 // Every algorithm and variant (AdamW, Adam with amsgrad, SGD with Nesterov momentum and
-// without, Lion, Adagrad, LAMB with its trust ratio and without), each over params of every dtype
+// without, Lion, Adagrad, LAMB with its trust ratio and without, Muon), each over params of every dtype
 // pair; sizes of one element, odd ones, more than one chunk (8,199 > 8,192), and an empty one.
 // Group 1 also offloaded (the host engine's launches).
 std::vector<kopt::AlgorithmConfig> every_algorithm() {
@@ -68,7 +68,9 @@ std::vector<kopt::AlgorithmConfig> every_algorithm() {
           kopt::LionConfig{.lr = 1e-3, .weight_decay = 0.1},
           kopt::AdagradConfig{.lr = 0.05, .initial_accumulator_value = 0.1},
           kopt::LambConfig{.lr = 1e-2},  // per-param sums: their team pass and join too
-          kopt::LambConfig{.lr = 1e-2, .weight_decay = 0.0, .clamp_trust = true}};
+          kopt::LambConfig{.lr = 1e-2, .weight_decay = 0.0, .clamp_trust = true},
+          kopt::MuonConfig{.lr = 1e-2},  // its two passes around the Newton-Schulz iteration
+          kopt::MuonConfig{.lr = 1e-2, .nesterov = false, .match_rms_adamw = true}};
 }
 
 std::vector<ParamDef> every_dtype_pair(std::size_t groups) {
@@ -97,7 +99,8 @@ TEST(TeamPaths, EveryAlgorithmAndDtypePairStepsBitwiseLikeTheHostPath) {
 // Every storage form the kernel compiles: fp32 masters with bf16 arrays, remainders with bf16
 // arrays, no masters (to nearest with f16 arrays: the staged form; stochastically with bf16
 // arrays), remainders beside per-array dtypes (bf16 exp_avg, fp32 exp_avg_sq); LAMB with
-// remainders and bf16 arrays, and without masters and f16 arrays (its sums read each form).
+// remainders and bf16 arrays, and without masters and f16 arrays (its sums read each form);
+// Muon with remainders, and rounding stochastically into its params.
 TEST(TeamPaths, EveryStorageFormStepsBitwiseLikeTheHostPath) {
   const std::vector<kopt::AlgorithmConfig> configs = {kopt::AdamConfig{.lr = 1e-2},
                                                       kopt::AdamConfig{.lr = 1e-2, .amsgrad = true},
@@ -105,7 +108,9 @@ TEST(TeamPaths, EveryStorageFormStepsBitwiseLikeTheHostPath) {
                                                       kopt::LionConfig{.lr = 1e-3},
                                                       kopt::AdamConfig{.lr = 1e-2},
                                                       kopt::LambConfig{.lr = 1e-2},
-                                                      kopt::LambConfig{.lr = 1e-2}};
+                                                      kopt::LambConfig{.lr = 1e-2},
+                                                      kopt::MuonConfig{.lr = 1e-2},
+                                                      kopt::MuonConfig{.lr = 1e-2}};
   kopt::StateStorage mixed{.master = MasterStorage::remainder, .arrays = DType::bf16};
   mixed.array_dtypes[1] = DType::f32;
   const std::vector<kopt::StateStorage> storage = {
@@ -118,7 +123,12 @@ TEST(TeamPaths, EveryStorageFormStepsBitwiseLikeTheHostPath) {
        .seed = 3},
       mixed,
       {.master = MasterStorage::remainder, .arrays = DType::bf16},  // LAMB: the paired loop
-      {.master = MasterStorage::none, .arrays = DType::f16}};
+      {.master = MasterStorage::none, .arrays = DType::f16},
+      {.master = MasterStorage::remainder, .arrays = DType::bf16},  // Muon
+      {.master = MasterStorage::none,
+       .arrays = DType::bf16,
+       .rounding = kopt::Rounding::stochastic,
+       .seed = 5}};
   std::vector<ParamDef> defs;
   const std::size_t sizes[] = {8199, 17, 1};
   for (std::size_t g = 0; g < configs.size(); ++g)

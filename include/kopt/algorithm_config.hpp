@@ -12,6 +12,7 @@
 #include <kopt/adam_config.hpp>
 #include <kopt/lamb_config.hpp>
 #include <kopt/lion_config.hpp>
+#include <kopt/muon_config.hpp>
 #include <kopt/sgd_config.hpp>
 #include <string>
 #include <type_traits>
@@ -21,11 +22,12 @@
 namespace kopt {
 
 /// One group's algorithm and hyperparameters: AdamConfig, SgdConfig, LionConfig,
-/// AdagradConfig or LambConfig (converts implicitly from each). The position is kopt's own;
-/// a checkpoint records the name.
-using AlgorithmConfig = std::variant<AdamConfig, SgdConfig, LionConfig, AdagradConfig, LambConfig>;
+/// AdagradConfig, LambConfig or MuonConfig (converts implicitly from each). The position is
+/// kopt's own; a checkpoint records the name.
+using AlgorithmConfig =
+    std::variant<AdamConfig, SgdConfig, LionConfig, AdagradConfig, LambConfig, MuonConfig>;
 
-/// The algorithm's name ("adam", "sgd", "lion", "adagrad", "lamb").
+/// The algorithm's name ("adam", "sgd", "lion", "adagrad", "lamb", "muon").
 const char* algorithm_name(const AlgorithmConfig& config);
 
 /// Throws kopt::InvalidArgument naming the field and its value when the config is invalid.
@@ -76,6 +78,17 @@ inline bool needs_param_sums(const AlgorithmConfig& config) {
   return std::visit(
       [](const auto& c) {
         return requires { std::decay_t<decltype(c)>::param_sums; };
+      },
+      config);
+}
+
+/// Whether a group with `config` updates each param as a whole matrix (Muon; the config
+/// says `whole_matrices`): its params need a 2-D shape, and offloaded and sharded optimizers
+/// do not run such groups yet.
+inline bool needs_whole_matrices(const AlgorithmConfig& config) {
+  return std::visit(
+      [](const auto& c) {
+        return requires { std::decay_t<decltype(c)>::whole_matrices; };
       },
       config);
 }

@@ -15,6 +15,7 @@
 #include <kopt/impl/policies.hpp>
 #include <kopt/impl/state_arrays.hpp>
 #include <kopt/impl/tensor_rates.hpp>
+#include <kopt/impl/tensor_stage.hpp>
 #include <kopt/impl/update_kernel.hpp>
 #include <kopt/tensor.hpp>
 #include <string>
@@ -67,7 +68,8 @@ class FusedOptimizer {
 
   /// Registers `param` (updated in place) with `grad` under a unique `name` in `group`.
   /// Both must live where this engine's execution space can reach them, be f32, bf16 or
-  /// f16, and have equal numel; a null grad means no gradient yet. A 16-bit param gets an
+  /// f16, and have equal numel; a null grad means no gradient yet (a policy that works on
+  /// whole matrices, Muon, also needs a 2-D shape: Tensor::matrix). A 16-bit param gets an
   /// fp32 master copy, taken from the param by its first update (the param may be written
   /// until then). Throws a kopt::Error and changes nothing on bad input.
   void add(const std::string& name, const Tensor& param, const Tensor& grad, std::size_t group = 0);
@@ -216,6 +218,7 @@ class FusedOptimizer {
   typename Kokkos::View<Scalars*, memory_space>::HostMirror scalars_host_;
   /// The step each row makes (Rounding::stochastic keys its bits by it; else empty).
   Impl::TensorRates<ExecSpace, Policy> rates_;  ///< per-param rates (LAMB's trust ratios)
+  Impl::TensorStage<ExecSpace, Policy> stage_;  ///< per-param transforms (Muon's)
   Kokkos::View<std::int64_t*, memory_space> row_steps_;
   typename Kokkos::View<std::int64_t*, memory_space>::HostMirror row_steps_host_;
 };

@@ -71,8 +71,8 @@ typedef struct {
 
 typedef struct kopt_groups kopt_groups;
 typedef struct kopt_optimizer kopt_optimizer;
-/* Any algorithm's config: its algorithm by name ("adam", "sgd", "lion", "adagrad", "lamb") and its
- * fields by their C++ names (kopt::SgdConfig's "momentum", ...; bools as 0 or 1). */
+/* Any algorithm's config: its algorithm by name ("adam", "sgd", "lion", "adagrad", "lamb",
+ * "muon") and its fields by their C++ names (kopt::SgdConfig's "momentum", ...; bools as 0 or 1). */
 typedef struct kopt_config kopt_config;
 
 const char* kopt_last_error(void);
@@ -128,6 +128,13 @@ kopt_status kopt_groups_add_param(kopt_groups* groups, size_t group, const char*
                                   kopt_dtype param_dtype, void* grad, kopt_dtype grad_dtype,
                                   int64_t numel, kopt_memory_space space);
 
+/* The same for a param that is a rows x cols matrix, row-major (kopt::Tensor::matrix): the
+ * algorithms that update whole matrices (Muon) need the shape, and refuse a param added
+ * without one; elementwise algorithms ignore it. */
+kopt_status kopt_groups_add_matrix_param(kopt_groups* groups, size_t group, const char* name,
+                                         void* param, kopt_dtype param_dtype, void* grad,
+                                         kopt_dtype grad_dtype, int64_t rows, int64_t cols,
+                                         kopt_memory_space space);
 /* Checks everything, then builds the optimizer; `groups` can be destroyed afterwards. */
 kopt_status kopt_optimizer_create(const kopt_groups* groups, const kopt_options* options,
                                   kopt_optimizer** optimizer);

@@ -63,6 +63,10 @@ constexpr MemorySpace memory_space_of() {
 /// (FSDP/DTensor style): `t.shard_of(global_numel, offset)`. kopt then sizes state, masters
 /// and norms to the local `numel` elements, keys them by the global offset, and never
 /// touches (or gathers) the rest of the global tensor.
+///
+/// A param may carry a 2-D shape, `t.matrix(rows, cols)` (row-major, rows * cols == numel):
+/// the algorithms that work on whole matrices (Muon) need it and refuse a param without one,
+/// naming it; elementwise algorithms ignore it. A grad's shape is never read.
 struct Tensor {
   void* data = nullptr;
   std::int64_t numel = 0;
@@ -70,6 +74,8 @@ struct Tensor {
   MemorySpace space = MemorySpace::host;
   std::int64_t global_numel = -1;  ///< -1: the whole tensor; else see shard_of
   std::int64_t global_offset = 0;  ///< where element 0 sits in the global tensor
+  std::int64_t rows = -1;          ///< -1: no 2-D shape; else see matrix()
+  std::int64_t cols = -1;
 
   Tensor() = default;
   /// From raw memory. Does not block, checks nothing (the optimizer checks on use).
@@ -90,21 +96,40 @@ struct Tensor {
         "kopt::Tensor: the View must be contiguous");
   }
 
+  /// From a contiguous row-major rank-2 Kokkos::View: a matrix of its extents.
+  template <class T, class... Props>
+  explicit Tensor(const Kokkos::View<T**, Props...>& view)
+      : Tensor(Tensor::from(view.data(), static_cast<std::int64_t>(view.span()),
+                            memory_space_of<typename Kokkos::View<T**, Props...>::memory_space>())
+                   .matrix(static_cast<std::int64_t>(view.extent(0)),
+                           static_cast<std::int64_t>(view.extent(1)))) {
+    static_assert(
+        std::is_same_v<typename Kokkos::View<T**, Props...>::array_layout, Kokkos::LayoutRight>,
+        "kopt::Tensor: a matrix View must be LayoutRight (row-major)");
+  }
+
   /// No memory behind it (a param without a gradient this step).
   bool is_null() const { return data == nullptr; }
   /// This tensor, marked as elements [offset, offset + numel) of a global tensor of
-  /// `global_numel` elements. Throws kopt::InvalidArgument when that range does not fit.
+  /// `global_numel` elements (without a 2-D shape: give the global tensor's with matrix()
+  /// after this). Throws kopt::InvalidArgument when that range does not fit.
   Tensor shard_of(std::int64_t global_numel_, std::int64_t offset) const;
   /// Whether this is the local part of a larger tensor (shard_of).
   bool is_shard() const { return global_numel >= 0; }
   /// Elements [offset, offset + count) of this tensor, as a tensor of their own (a shard
-  /// view); keeps the global offset. Checks the range.
+  /// view); keeps the global offset and drops a 2-D shape. Checks the range.
   Tensor slice(std::int64_t offset, std::int64_t count) const;
+  /// This tensor as a rows x cols matrix, row-major (element (i, j) at i * cols + j). Throws
+  /// kopt::InvalidArgument unless rows, cols >= 0 and rows * cols is its numel (of a shard:
+  /// its global_numel; the local piece of a matrix is not a matrix of its own).
+  Tensor matrix(std::int64_t rows_, std::int64_t cols_) const;
+  /// Whether it carries a 2-D shape (matrix()).
+  bool is_matrix() const { return rows >= 0; }
   /// Bytes spanned.
   std::size_t bytes() const { return static_cast<std::size_t>(numel) * size_of(dtype); }
 };
 
-/// "bf16[1000] @ host" for messages.
+/// "bf16[1000] @ host" (a matrix: "bf16[20x50] @ host") for messages.
 std::string describe(const Tensor& t);
 
 }  // namespace kopt

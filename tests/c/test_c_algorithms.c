@@ -1,5 +1,6 @@
 /* Groups of any algorithm from C: configs by algorithm and field name, SGD and Lion groups in
- * one optimizer, LAMB with its clamp, schedules on either, and bad names or values refused, changing nothing. */
+ * one optimizer, LAMB with its clamp, Muon on a matrix param, schedules on either, and bad
+ * names or values refused, changing nothing. */
 #include <kopt/kopt.h>
 #include <math.h>
 #include <stdint.h>
@@ -221,6 +222,43 @@ int main(void) {
   kopt_optimizer_destroy(opt);
   kopt_groups_destroy(groups);
   kopt_config_destroy(lamb);
+
+  /* Muon: torch's defaults by name; a param without a 2-D shape refused, naming it; one step
+   * of a 1 x N matrix against its equations. Its Newton-Schulz iteration on a row is a scalar
+   * one on the norm s (from 1): s <- s (a + b s^2 + c s^4), so O = s_5 g / ||g|| (the
+   * direction at step 1 is a multiple of g), and the lr scale of 1 x N is 1. */
+  kopt_config* muon = NULL;
+  CHECK(kopt_config_create("muon", &muon) == KOPT_OK);
+  CHECK(kopt_config_get(muon, "weight_decay", &x) == KOPT_OK && x == 0.1);
+  CHECK(kopt_config_get(muon, "ns_steps", &x) == KOPT_OK && x == 5);
+  CHECK(kopt_config_set(muon, "ns_steps", 2.5) == KOPT_OK); /* checked with the group */
+  CHECK(kopt_groups_create(&groups) == KOPT_OK);
+  CHECK(kopt_groups_add_group_config(groups, muon, 0, NULL) == KOPT_ERROR_INVALID_ARGUMENT);
+  CHECK(strstr(kopt_last_error(), "ns_steps") != NULL);
+  CHECK(kopt_config_set(muon, "ns_steps", 5) == KOPT_OK);
+  CHECK(kopt_groups_add_group_config(groups, muon, 0, NULL) == KOPT_OK);
+  CHECK(kopt_groups_add_matrix_param(groups, 0, "m", w, KOPT_F32, g, KOPT_F32, -1, 3,
+                                     KOPT_HOST) == KOPT_ERROR_INVALID_ARGUMENT);
+  CHECK(kopt_groups_add_param(groups, 0, "v", v, KOPT_F32, h, KOPT_F32, N, KOPT_HOST) == KOPT_OK);
+  opt = NULL;
+  CHECK(kopt_optimizer_create(groups, NULL, &opt) == KOPT_ERROR_INVALID_ARGUMENT && opt == NULL);
+  CHECK(strstr(kopt_last_error(), "'v'") != NULL && strstr(kopt_last_error(), "2-D") != NULL);
+  kopt_groups_destroy(groups);
+  CHECK(kopt_groups_create(&groups) == KOPT_OK);
+  CHECK(kopt_groups_add_group_config(groups, muon, 0, NULL) == KOPT_OK);
+  CHECK(kopt_groups_add_matrix_param(groups, 0, "m", w, KOPT_F32, g, KOPT_F32, 1, N, KOPT_HOST) ==
+        KOPT_OK);
+  CHECK(kopt_optimizer_create(groups, NULL, &opt) == KOPT_OK);
+  memcpy(w0, w, sizeof w);
+  double gn = 0, s = 1;
+  for (int i = 0; i < N; ++i) gn += (double)g[i] * g[i];
+  for (int k = 0; k < 5; ++k) s = s * (3.4445 - 4.775 * s * s + 2.0315 * s * s * s * s);
+  CHECK(kopt_step(opt, NULL) == KOPT_OK);
+  for (int i = 0; i < N; ++i)
+    CHECK(fabs(w[i] - (w0[i] * (1 - 1e-3 * 0.1) - 1e-3 * s * g[i] / sqrt(gn))) <= 1e-6);
+  kopt_optimizer_destroy(opt);
+  kopt_groups_destroy(groups);
+  kopt_config_destroy(muon);
   kopt_config_destroy(sgd);
   kopt_config_destroy(lion);
   CHECK(kopt_finalize() == KOPT_OK);

@@ -66,6 +66,12 @@ void FusedOptimizer<ExecSpace, Policy>::add(const std::string& name, const Tenso
                 label_ << ": parameter '" << name << "' is " << name_of(param.dtype)
                        << ": stochastic rounding (Rounding::stochastic) is of bf16 params "
                        << "(f32 ones are their own masters)");
+  if constexpr (Impl::has_tensor_stage<Policy>)
+    KOPT_THROW_IF(!param.is_matrix() || param.is_shard(),
+                  label_ << ": parameter '" << name << "' is " << describe(param) << ": "
+                         << Policy::name << " updates whole matrices; give the param its "
+                         << "2-D shape (kopt::Tensor::matrix), whole (not a shard), or put it "
+                         << "in a group of an elementwise algorithm (AdamW)");
   registry_.add(name, param, grad, group);
 }
 
@@ -269,6 +275,7 @@ void FusedOptimizer<ExecSpace, Policy>::build_plan_() {
       sync.push_back(i);
   if (sync != sync_entries_) build_sync_(sync);
   fill_slots_();
+  stage_.plan(exec_, label_, registry_, updated_, slots_host_);
   planned_variants_.assign(registry_.num_groups(), 0);
   for (std::size_t g = 0; g < registry_.num_groups(); ++g)
     planned_variants_[g] = Policy::variant(config(g));
@@ -349,10 +356,23 @@ void FusedOptimizer<ExecSpace, Policy>::step(double grad_scale,
     }
     rates_.set_rates(exec_, sums, slots_host_, scalars_host_, signature_, updated_);
   }
-  for (const KernelClass& kc : classes_)
-    Impl::launch_update<ExecSpace, Policy>(exec_, label_ + "::update", kc.key.param, kc.key.grad,
-                                           kc.key.variant, state_.storage(), slots_, scalars_,
-                                           row_steps_, kc.chunks, rates_.rates());
+  if constexpr (Impl::has_tensor_stage<Policy>) {
+    // Directions in place of the params, transformed, then in place of the grads.
+    stage_.run(exec_, registry_, updated_, slots_host_, scalars_host_,
+               [&](int pass, const auto& slots) {
+                 for (const KernelClass& kc : classes_)
+                   Impl::launch_update<ExecSpace, Policy>(
+                       exec_, label_ + (pass == 0 ? "::directions" : "::update"),
+                       pass == 0 ? DType::f32 : kc.key.param, pass == 0 ? kc.key.grad : DType::f32,
+                       pass, state_.storage(), slots, scalars_, row_steps_, kc.chunks,
+                       stage_.rates());
+               });
+  } else {
+    for (const KernelClass& kc : classes_)
+      Impl::launch_update<ExecSpace, Policy>(exec_, label_ + "::update", kc.key.param,
+                                             kc.key.grad, kc.key.variant, state_.storage(), slots_,
+                                             scalars_, row_steps_, kc.chunks, rates_.rates());
+  }
   for (const std::size_t i : updated_) registry_.advance(i);  // the master leads from now on
   for (ScalarSet& set : sets_) ++set.step;  // its params all stepped: still one row
   // Every synced entry was just updated: the next step syncs none of them (the plan stays

@@ -8,6 +8,7 @@
 #include <kopt/impl/policies/adam.hpp>
 #include <kopt/impl/policies/lamb.hpp>
 #include <kopt/impl/policies/lion.hpp>
+#include <kopt/impl/policies/muon.hpp>
 #include <kopt/impl/policies/sgd.hpp>
 #include <tuple>
 #include <type_traits>
@@ -19,7 +20,10 @@
 #define KOPT_FOR_EACH_POLICY(X, arg) \
   X(arg, kopt::Impl::AdamPolicy)     \
   X(arg, kopt::Impl::SgdPolicy)      \
-  X(arg, kopt::Impl::LionPolicy) X(arg, kopt::Impl::AdagradPolicy) X(arg, kopt::Impl::LambPolicy)
+  X(arg, kopt::Impl::LionPolicy)     \
+  X(arg, kopt::Impl::AdagradPolicy)  \
+  X(arg, kopt::Impl::LambPolicy)     \
+  X(arg, kopt::Impl::MuonPolicy)
 
 namespace kopt::Impl {
 

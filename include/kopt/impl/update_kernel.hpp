@@ -95,8 +95,8 @@ struct FusedUpdateFunctor {
   Kokkos::View<const std::int64_t*, memory_space> steps_;
   /// The state arrays' element types (NarrowState; all f32 otherwise).
   StateDTypes dtypes_{};
-  /// Per slot, the rate of a policy with tensor sums (kopt/impl/tensor_rates.hpp); empty
-  /// for the others.
+  /// Per slot, the rate of a policy with tensor sums or a tensor stage
+  /// (kopt/impl/tensor_rates.hpp, tensor_stage.hpp); empty for the others.
   Kokkos::View<const float*, memory_space> rates_{};
 
   static constexpr bool narrow = std::is_same_v<StateT, NarrowState>;
@@ -105,7 +105,8 @@ struct FusedUpdateFunctor {
   /// has tensor sums.
   KOKKOS_FORCEINLINE_FUNCTION Scalars scalars_of(const Chunk& chunk, const UpdateSlot& slot) const {
     Scalars s = scalars_(slot.scalar_set);
-    if constexpr (requires { Policy::tensor_sums; }) s.rate = rates_(chunk.slot);
+    if constexpr (requires { Policy::tensor_sums; } || requires { Policy::tensor_stage; })
+      s.rate = rates_(chunk.slot);
     return s;
   }
 

@@ -62,8 +62,9 @@ class Kopt(CMakePackage, CudaPackage):
 
     # The CTest suite is built only with `spack install --test=root kopt`.
     depends_on("googletest", type="test")
-    # One test checks the grad norm against KokkosBlas::dot; kopt itself needs no Kokkos Kernels.
-    depends_on("kokkos-kernels@3.4.01:", type="test")
+    # Muon's Newton-Schulz iteration runs on KokkosBlas::gemm (its header templates, compiled
+    # into kopt for the same Kokkos; a consumer's find_package(kopt) finds it too).
+    depends_on("kokkos-kernels@3.4.01:")
     depends_on("benchmark", when="+benchmarks")
 
     # Stand-alone test (`spack test run kopt`) builds a find_package(kopt) consumer.
@@ -89,8 +90,7 @@ class Kopt(CMakePackage, CudaPackage):
             self.define("kopt_ENABLE_NATIVE", False),
             self.define("Kokkos_ROOT", self.spec["kokkos"].prefix),
         ]
-        if self.run_tests:
-            args.append(self.define("KokkosKernels_ROOT", self.spec["kokkos-kernels"].prefix))
+        args.append(self.define("KokkosKernels_ROOT", self.spec["kokkos-kernels"].prefix))
         cxx = self._kopt_cxx()
         if cxx:
             args.append(self.define("CMAKE_CXX_COMPILER", cxx))

@@ -1,0 +1,178 @@
+// Muon (kopt/muon_config.hpp) on the fused engine against its double-precision reference
+// (tests/reference_algorithms.hpp: the momentum, the whole Newton-Schulz iteration, the
+// shape's lr scale), on every enabled execution space, for every option, fp32, bf16 and f16
+// params, and matrices square, tall, wide, 1 x n, n x 1, odd and empty; and the shapes it
+// needs: kopt::Tensor::matrix, and the refusals of params without one.
+#include <algorithm>
+#include <cmath>
+#include <kopt/impl/fused_optimizer_def.hpp>
+#include <kopt/kopt.hpp>
+
+#include "reference_algorithms.hpp"
+#include "test_support.hpp"
+
+namespace {
+
+using namespace kopt_test;
+using kopt::bfloat16;
+using kopt::DType;
+using kopt::float16;
+using kopt::MuonConfig;
+using kopt::Impl::MuonPolicy;
+
+template <class Space>
+class Muon : public ::testing::Test {};
+TYPED_TEST_SUITE(Muon, EnabledSpaces, SpaceName);
+
+struct Shape {
+  std::int64_t rows, cols;
+};
+// Square, tall, wide, a row, a column, odd sizes, one element, empty.
+const std::vector<Shape> kShapes = {{32, 32}, {75, 18}, {18, 75}, {1, 40},
+                                    {40, 1},  {33, 65}, {1, 1},   {0, 7}};
+
+std::vector<double> random_matrix(std::mt19937& rng, std::size_t n) {
+  std::uniform_real_distribution<double> d(-1.0, 1.0);
+  std::vector<double> v(n);
+  for (double& x : v) x = static_cast<float>(d(rng));
+  return v;
+}
+
+// The reference is an orthogonalization: U's singular values all go to about [0.7, 1.2]
+// (the coefficients' fixed band), so X X^T (the smaller Gram matrix) is near the identity.
+// Guards against the reference and kopt sharing a wrong formula.
+void expect_near_orthogonal(const std::vector<double>& x, std::int64_t rows, std::int64_t cols) {
+  const bool tall = rows > cols;
+  const std::int64_t m = tall ? cols : rows, n = tall ? rows : cols;
+  const auto at = [&](std::int64_t i, std::int64_t j) {
+    return tall ? x[static_cast<std::size_t>(j * cols + i)] : x[static_cast<std::size_t>(i * cols + j)];
+  };
+  for (std::int64_t i = 0; i < m; ++i)
+    for (std::int64_t j = 0; j < m; ++j) {
+      double s = 0.0;
+      for (std::int64_t k = 0; k < n; ++k) s += at(i, k) * at(j, k);
+      if (i == j)
+        EXPECT_TRUE(s > 0.45 && s < 1.45) << "diagonal " << i << ": " << s;
+      else
+        EXPECT_LT(std::abs(s), 0.35) << i << ", " << j;
+    }
+}
+
+// The Newton-Schulz iteration alone (kopt::Impl::newton_schulz on KokkosBlas::gemm) against
+// the double one. Its fp32 rounding errors are amplified by up to a^k (a = 3.4445) along
+// directions of small singular value; measured: 2.4e-6 at most (norm-wise, any shape and
+// space), bound 2e-5. Wrong coefficients, a missing transpose for tall matrices or a norm of
+// the wrong kind are errors of 1e-2 or more.
+TYPED_TEST(Muon, NewtonSchulzMatchesDoubleReference) {
+  using Space = TypeParam;
+  std::mt19937 rng(7);
+  const MuonConfig c;
+  kopt::Impl::NewtonSchulzWork<Space> work;
+  for (const Shape& s : kShapes) {
+    SCOPED_TRACE(std::to_string(s.rows) + " x " + std::to_string(s.cols));
+    const auto n = static_cast<std::size_t>(s.rows * s.cols);
+    const std::vector<double> u = random_matrix(rng, n);
+    SpaceArray<float, Space> x(n);
+    for (std::size_t i = 0; i < n; ++i) x.host[i] = static_cast<float>(u[i]);
+    x.upload();
+    work.reserve("kopt_test", s.rows, s.cols);
+    kopt::Impl::newton_schulz<Space>(x.view.data(), s.rows, s.cols, MuonPolicy::scalars(c, 1, 1.0).ns,
+                                     work);
+    const std::vector<double> want = reference_newton_schulz(u, s.rows, s.cols, c);
+    const std::vector<double> got = widen(x.download());
+    if (n > 1) expect_near_orthogonal(want, s.rows, s.cols);
+    std::vector<double> ones(n, 1.0 / std::sqrt(static_cast<double>(std::max(s.rows, s.cols))));
+    if (n > 0) EXPECT_LT(error_relative_to(got, want, ones), 2e-5);
+  }
+}
+
+// Every switch of the config, one group each.
+std::vector<MuonConfig> muon_configs() {
+  return {
+      MuonConfig{.lr = 2e-2},  // torch's defaults otherwise: Nesterov, decay 0.1
+      MuonConfig{.lr = 1e-2, .weight_decay = 0.0, .momentum = 0.9, .nesterov = false},
+      MuonConfig{.lr = 5e-3, .weight_decay = 0.05, .match_rms_adamw = true},
+      MuonConfig{.lr = 1e-2, .ns_a = 2.0, .ns_b = -1.5, .ns_c = 0.5, .eps = 1e-3, .ns_steps = 3},
+  };
+}
+
+template <class Space, class P, class G>
+void check_against_reference(unsigned seed) {
+  SCOPED_TRACE(std::string("param ") + kopt::name_of(kopt::dtype_of<P>()) + ", grad " +
+               kopt::name_of(kopt::dtype_of<G>()));
+  const std::vector<MuonConfig> configs = muon_configs();
+  kopt::FusedOptimizer<Space, MuonPolicy> opt(Space(), configs[0], "kopt_test::muon");
+  for (std::size_t g = 1; g < configs.size(); ++g) opt.add_group(configs[g]);
+  std::mt19937 rng(seed);
+  std::vector<std::unique_ptr<SpaceArray<P, Space>>> params;
+  std::vector<std::unique_ptr<SpaceArray<G, Space>>> grads;
+  std::vector<ReferenceMuon> refs;
+  for (std::size_t j = 0; j < kShapes.size(); ++j) {
+    const Shape s = kShapes[j];
+    const auto n = static_cast<std::size_t>(s.rows * s.cols);
+    params.push_back(std::make_unique<SpaceArray<P, Space>>(n));
+    grads.push_back(std::make_unique<SpaceArray<G, Space>>(n));
+    const std::vector<double> p = random_matrix(rng, n);
+    for (std::size_t i = 0; i < n; ++i) params[j]->host[i] = kopt::Impl::from_float<P>(float(p[i]));
+    params[j]->upload();
+    const std::size_t group = (j + seed) % configs.size();
+    refs.emplace_back(configs[group], widen(params[j]->host), s.rows, s.cols);
+    opt.add("w" + std::to_string(j), params[j]->tensor().matrix(s.rows, s.cols),
+            grads[j]->tensor(), group);
+  }
+  for (int step = 1; step <= 120; ++step) {
+    const double scale = step % 3 == 0 ? 0.5 : 1.0;
+    for (std::size_t j = 0; j < grads.size(); ++j) {
+      const std::vector<double> g = random_matrix(rng, grads[j]->size());
+      for (std::size_t i = 0; i < g.size(); ++i)
+        grads[j]->host[i] = kopt::Impl::from_float<G>(float(g[i]));
+      grads[j]->upload();
+    }
+    opt.step(scale);
+    Kokkos::fence();
+    for (std::size_t j = 0; j < grads.size(); ++j) refs[j].update(widen(grads[j]->host), scale);
+    if (step != 1 && step != 2 && step != 120) continue;
+    for (std::size_t j = 0; j < params.size(); ++j) {
+      const std::string name = "w" + std::to_string(j);
+      SCOPED_TRACE(name + " after step " + std::to_string(step));
+      const auto state = opt.state(name);
+      EXPECT_EQ(state.step, step);
+      if (refs[j].param.empty()) continue;
+      const std::vector<double> got = std::is_same_v<P, float> ? widen(params[j]->download())
+                                                               : to_host(state.master);
+      // Params within 2e-5 of their size per step's update (lr s, at most 0.04 here):
+      // the iteration's error (above) times the rate, accumulated over the steps.
+      std::vector<double> size(got.size(), 1.0);
+      EXPECT_LT(error_relative_to(got, refs[j].param, size), 2e-5 * 0.04 * step + 1e-6);
+      EXPECT_LT(error_relative_to(to_host(state.arrays[0]), refs[j].momentum_buffer,
+                                  refs[j].momentum_buffer_size),
+                1e-6);
+      if constexpr (!std::is_same_v<P, float>) {  // the param is its master rounded once
+        const std::vector<double> master = to_host(state.master);
+        params[j]->download();
+        for (std::size_t i = 0; i < master.size(); ++i)
+          ASSERT_EQ(params[j]->host[i].bits, P::from_float(float(master[i])).bits) << i;
+      }
+    }
+    if (::testing::Test::HasFailure()) return;
+  }
+}
+
+TEST(MuonConfig, KeepsTheArraysItsPolicyUpdates) {
+  for (const MuonConfig& c : muon_configs()) {
+    EXPECT_EQ(MuonPolicy::arrays_of(MuonPolicy::variant(c)), c.state_arrays());
+    EXPECT_EQ(MuonPolicy::arrays_of(1), 0u);  // the second pass keeps no state
+  }
+  EXPECT_EQ(std::string(MuonPolicy::array_names[0]), "momentum_buffer");
+  EXPECT_DOUBLE_EQ(MuonConfig{}.lr_scale(75, 18), std::sqrt(75.0 / 18.0));
+  EXPECT_DOUBLE_EQ(MuonConfig{}.lr_scale(18, 75), 1.0);
+  EXPECT_DOUBLE_EQ(MuonConfig{.match_rms_adamw = true}.lr_scale(18, 75), 0.2 * std::sqrt(75.0));
+}
+
+TYPED_TEST(Muon, MatchesReferenceForEveryOptionDtypeAndShape) {
+  check_against_reference<TypeParam, float, float>(1);
+  check_against_reference<TypeParam, bfloat16, bfloat16>(2);
+  check_against_reference<TypeParam, float16, float>(3);
+}
+
+}  // namespace
