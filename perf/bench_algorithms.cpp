@@ -156,7 +156,8 @@ void bm_muon(benchmark::State& state, std::int64_t rows, std::int64_t cols) {
     step_total += t;
   }
   const double iters = static_cast<double>(state.iterations());
-  const double flops = config.ns_steps * 2.0 * (2.0 * m * m * std::max(rows, cols) + 1.0 * m * m * m);
+  const double flops =
+      config.ns_steps * 2.0 * (2.0 * m * m * std::max(rows, cols) + 1.0 * m * m * m);
   state.counters["Gelem/s"] = static_cast<double>(rows * cols) * iters / step_total / 1e9;
   state.counters["GFLOP/s"] = flops * iters / step_total / 1e9;
   state.counters["gemm_GFLOP/s"] = flops * iters / gemm_total / 1e9;
@@ -185,8 +186,8 @@ void register_algorithm_benchmarks() {
     add(
         "lamb_bf16_master" + on,
         [](benchmark::State& s) { bm_lamb<S, kopt::bfloat16>(s, kopt::LambConfig{}); }, sizes);
-    for (const auto& [rows, cols] : std::vector<std::pair<std::int64_t, std::int64_t>>{
-             {1024, 1024}, {4096, 1024}})
+    for (const auto& [rows, cols] :
+         std::vector<std::pair<std::int64_t, std::int64_t>>{{1024, 1024}, {4096, 1024}})
       add("muon_" + std::to_string(rows) + "x" + std::to_string(cols) + on,
           [rows, cols](benchmark::State& s) { bm_muon<S>(s, rows, cols); });
   });

@@ -120,9 +120,9 @@ kopt_status kopt_groups_add_matrix_param(kopt_groups* groups, size_t group, cons
                                          kopt_dtype grad_dtype, int64_t rows, int64_t cols,
                                          kopt_memory_space space) {
   return guard([&] {
-    KOPT_THROW_IF(rows < 0 || cols < 0 || (rows > 0 && cols > INT64_MAX / rows),
-                  "kopt C API: param '" << name_arg(name) << "' of " << rows << " x " << cols
-                                        << " elements");
+    KOPT_THROW_IF(
+        rows < 0 || cols < 0 || (rows > 0 && cols > INT64_MAX / rows),
+        "kopt C API: param '" << name_arg(name) << "' of " << rows << " x " << cols << " elements");
     const int64_t numel = rows * cols;
     auto& g = deref(groups, "groups");
     KOPT_THROW_IF(group >= g.groups.size(), "kopt C API: group " << group << " does not exist ("

@@ -90,9 +90,9 @@ Tensor Tensor::slice(std::int64_t offset, std::int64_t count) const {
 Tensor Tensor::matrix(std::int64_t rows_, std::int64_t cols_) const {
   const std::int64_t whole = is_shard() ? global_numel : numel;
   // rows_ * cols_ == whole, without the product (it may overflow).
-  const bool fits = rows_ >= 0 && cols_ >= 0 &&
-                    (rows_ == 0 || cols_ == 0 ? whole == 0
-                                              : whole % rows_ == 0 && whole / rows_ == cols_);
+  const bool fits =
+      rows_ >= 0 && cols_ >= 0 &&
+      (rows_ == 0 || cols_ == 0 ? whole == 0 : whole % rows_ == 0 && whole / rows_ == cols_);
   KOPT_THROW_IF(!fits, "kopt::Tensor::matrix(" << rows_ << ", " << cols_ << ") of "
                                                << describe(*this) << ": rows * cols must be "
                                                << whole << ", both >= 0");

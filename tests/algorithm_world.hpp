@@ -8,7 +8,7 @@
 
 #include "checkpoint_model.hpp"  // TempDir
 #include "hybrid_world.hpp"      // ParamDef, Buffer, mixed_defs
-#include "test_support.hpp"     // bits_of
+#include "test_support.hpp"      // bits_of
 
 namespace kopt_test {
 

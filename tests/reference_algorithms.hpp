@@ -196,7 +196,8 @@ inline std::vector<double> reference_newton_schulz(std::vector<double> x, std::i
   const std::int64_t m = tall ? cols : rows, n = tall ? rows : cols;  // X is m x n, m <= n
   std::vector<double> t(x.size());
   const auto at = [&](std::vector<double>& v, std::int64_t i, std::int64_t j) -> double& {
-    return tall ? v[static_cast<std::size_t>(j * cols + i)] : v[static_cast<std::size_t>(i * cols + j)];
+    return tall ? v[static_cast<std::size_t>(j * cols + i)]
+                : v[static_cast<std::size_t>(i * cols + j)];
   };
   double sq = 0.0;
   for (const double v : x) sq += v * v;
@@ -215,12 +216,14 @@ inline std::vector<double> reference_newton_schulz(std::vector<double> x, std::i
         double s = 0.0;
         for (std::int64_t k = 0; k < m; ++k)
           s += a[static_cast<std::size_t>(i * m + k)] * a[static_cast<std::size_t>(k * m + j)];
-        b[static_cast<std::size_t>(i * m + j)] = c.ns_b * a[static_cast<std::size_t>(i * m + j)] + c.ns_c * s;
+        b[static_cast<std::size_t>(i * m + j)] =
+            c.ns_b * a[static_cast<std::size_t>(i * m + j)] + c.ns_c * s;
       }
     for (std::int64_t i = 0; i < m; ++i)
       for (std::int64_t j = 0; j < n; ++j) {
         double s = 0.0;
-        for (std::int64_t k = 0; k < m; ++k) s += b[static_cast<std::size_t>(i * m + k)] * at(x, k, j);
+        for (std::int64_t k = 0; k < m; ++k)
+          s += b[static_cast<std::size_t>(i * m + k)] * at(x, k, j);
         at(t, i, j) = c.ns_a * at(x, i, j) + s;
       }
     std::swap(x, t);

@@ -201,8 +201,7 @@ TEST(AlgorithmsBadConfig, TensorMatrixShapeIsCheckedAndDroppedWherePiecesAreTake
   EXPECT_FALSE(m.slice(0, 4).is_matrix());
   EXPECT_FALSE(m.shard_of(24, 12).is_matrix());
   EXPECT_TRUE(t.shard_of(24, 12).matrix(4, 6).is_matrix());  // the global tensor's shape
-  expect_error<kopt::InvalidArgument>([&] { (void)t.shard_of(24, 12).matrix(3, 4); },
-                                      "must be 24");
+  expect_error<kopt::InvalidArgument>([&] { (void)t.shard_of(24, 12).matrix(3, 4); }, "must be 24");
   EXPECT_EQ(kopt::Tensor::from(w.data(), 0).matrix(0, 5).rows, 0);
   Kokkos::View<float**, Kokkos::LayoutRight, Kokkos::HostSpace> v("v", 5, 7);
   const kopt::Tensor from_view(v);

@@ -181,8 +181,9 @@ TEST(AlgorithmsHybrid, MuonBesideAdamWSaveAndLoadResumeBitwise) {
 // both, and the optimizer is as before (params, state, step counts, config).
 TEST(AlgorithmsHybrid, AnotherAlgorithmsCheckpointIsRefusedNamingBoth) {
   const std::vector<kopt::AlgorithmConfig> all = {
-      kopt::AdamConfig{}, kopt::SgdConfig{.lr = 0.1, .momentum = 0.9}, kopt::LionConfig{},
-      kopt::AdagradConfig{}, kopt::LambConfig{}, kopt::MuonConfig{}};
+      kopt::AdamConfig{}, kopt::SgdConfig{.lr = 0.1, .momentum = 0.9},
+      kopt::LionConfig{}, kopt::AdagradConfig{},
+      kopt::LambConfig{}, kopt::MuonConfig{}};
   const std::vector<ParamDef> two = {ParamDef{0, DType::f32, DType::f32, false, 13},
                                      ParamDef{0, DType::bf16, DType::f32, false, 29}};
   for (std::size_t i = 0; i < all.size(); ++i) {

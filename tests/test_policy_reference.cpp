@@ -83,6 +83,10 @@ void reference_step(const kopt::LambConfig& c, Ref& r, const std::vector<double>
 }
 
 void reference_step(const kopt::AdamConfig&, Ref&, const std::vector<double>&) {}
+// Muon's params are matrices, not these vectors: tests/test_muon.cpp has its reference.
+void reference_step(const kopt::MuonConfig&, Ref&, const std::vector<double>&) {
+  ADD_FAILURE() << "Muon is tested in tests/test_muon.cpp";
+}
 
 // Runs `steps` steps of `config` on an f32 and a bf16 param (sizes 1031 and 1), local or
 // offloaded, with clipping to max_norm; compares params with the reference after each step.

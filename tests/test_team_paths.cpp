@@ -57,9 +57,9 @@ void expect_same_on_both_paths(const std::vector<kopt::AlgorithmConfig>& configs
 }
 
 // Every algorithm and variant (AdamW, Adam with amsgrad, SGD with Nesterov momentum and
-// without, Lion, Adagrad, LAMB with its trust ratio and without, Muon), each over params of every dtype
-// pair; sizes of one element, odd ones, more than one chunk (8,199 > 8,192), and an empty one.
-// Group 1 also offloaded (the host engine's launches).
+// without, Lion, Adagrad, LAMB with its trust ratio and without, Muon), each over params of every
+// dtype pair; sizes of one element, odd ones, more than one chunk (8,199 > 8,192), and an empty
+// one. Group 1 also offloaded (the host engine's launches).
 std::vector<kopt::AlgorithmConfig> every_algorithm() {
   return {kopt::AdamConfig{.lr = 1e-2, .weight_decay = 0.01},
           kopt::AdamConfig{.lr = 1e-2, .weight_decay = 0.1, .decoupled = false, .amsgrad = true},

@@ -72,7 +72,8 @@ typedef struct {
 typedef struct kopt_groups kopt_groups;
 typedef struct kopt_optimizer kopt_optimizer;
 /* Any algorithm's config: its algorithm by name ("adam", "sgd", "lion", "adagrad", "lamb",
- * "muon") and its fields by their C++ names (kopt::SgdConfig's "momentum", ...; bools as 0 or 1). */
+ * "muon") and its fields by their C++ names (kopt::SgdConfig's "momentum", ...; bools as 0 or 1).
+ */
 typedef struct kopt_config kopt_config;
 
 const char* kopt_last_error(void);

@@ -41,7 +41,7 @@ struct MuonConfig {
   double ns_b = -4.775;
   double ns_c = 2.0315;
   double eps = 1e-7;
-  double ns_steps = 5;  ///< an integer in [0, 99] (a double: every config field is one)
+  double ns_steps = 5;           ///< an integer in [0, 99] (a double: every config field is one)
   bool match_rms_adamw = false;  ///< torch's adjust_lr_fn: false "original", true "match_rms_adamw"
 
   /// Throws kopt::InvalidArgument naming the field and its value (lr, weight_decay,
@@ -56,9 +56,10 @@ struct MuonConfig {
     Impl::check_config_field(c, "ns_b", ns_b, true, "must be finite");
     Impl::check_config_field(c, "ns_c", ns_c, true, "must be finite");
     Impl::check_config_field(c, "eps", eps, eps > 0.0, "must be finite and > 0");
-    Impl::check_config_field(c, "ns_steps", ns_steps,
-                             ns_steps >= 0.0 && ns_steps < 100.0 && ns_steps == std::floor(ns_steps),
-                             "must be an integer in [0, 99]");
+    Impl::check_config_field(
+        c, "ns_steps", ns_steps,
+        ns_steps >= 0.0 && ns_steps < 100.0 && ns_steps == std::floor(ns_steps),
+        "must be an integer in [0, 99]");
   }
   /// Calls f(name, field) for every field, in the order a checkpoint stores them.
   template <class F>

@@ -125,14 +125,15 @@ int main(void) {
         KOPT_ERROR_INVALID_ARGUMENT);
   CHECK(strstr(kopt_last_error(), "exp_avg, exp_avg_sq, max_exp_avg_sq") != NULL);
   CHECK(kopt_groups_set_array_dtype(groups, 0, NULL, KOPT_F32) == KOPT_ERROR_INVALID_ARGUMENT);
-  CHECK(kopt_groups_set_array_dtype(groups, 9, "exp_avg", KOPT_F32) ==
-        KOPT_ERROR_INVALID_ARGUMENT);
+  CHECK(kopt_groups_set_array_dtype(groups, 9, "exp_avg", KOPT_F32) == KOPT_ERROR_INVALID_ARGUMENT);
   CHECK(kopt_groups_set_array_dtype(groups, 0, "exp_avg_sq", KOPT_F32) == KOPT_OK);
   CHECK(kopt_groups_set_state_dtype(groups, 2, KOPT_BF16) == KOPT_OK); /* offloaded too */
   CHECK(kopt_groups_set_state_dtype(groups, 2, KOPT_F32) == KOPT_OK);
   CHECK(kopt_groups_set_state_dtype(groups, 0, KOPT_F32) == KOPT_OK);
-  CHECK(kopt_groups_add_param(groups, 0, "a", ra, KOPT_BF16, rg, KOPT_BF16, N, KOPT_HOST) == KOPT_OK);
-  CHECK(kopt_groups_add_param(groups, 1, "b", rb, KOPT_BF16, rg, KOPT_BF16, N, KOPT_HOST) == KOPT_OK);
+  CHECK(kopt_groups_add_param(groups, 0, "a", ra, KOPT_BF16, rg, KOPT_BF16, N, KOPT_HOST) ==
+        KOPT_OK);
+  CHECK(kopt_groups_add_param(groups, 1, "b", rb, KOPT_BF16, rg, KOPT_BF16, N, KOPT_HOST) ==
+        KOPT_OK);
   CHECK(kopt_optimizer_create(groups, NULL, &opt) == KOPT_OK);
   for (int s = 0; s < 5; ++s) CHECK(kopt_step(opt, NULL) == KOPT_OK);
   CHECK(memcmp(ra, rb, sizeof ra) == 0);
@@ -153,7 +154,8 @@ int main(void) {
   CHECK(ra[0] != before);
   kopt_optimizer_destroy(opt);
   CHECK(kopt_groups_set_state_dtype(groups, 0, KOPT_BF16) == KOPT_OK);
-  CHECK(kopt_groups_add_param(groups, 0, "h", half, KOPT_F16, rg, KOPT_BF16, N, KOPT_HOST) == KOPT_OK);
+  CHECK(kopt_groups_add_param(groups, 0, "h", half, KOPT_F16, rg, KOPT_BF16, N, KOPT_HOST) ==
+        KOPT_OK);
   opt = NULL;
   CHECK(kopt_optimizer_create(groups, NULL, &opt) == KOPT_ERROR_INVALID_ARGUMENT && opt == NULL);
   CHECK(strstr(kopt_last_error(), "'h' is f16") != NULL);
@@ -237,8 +239,8 @@ int main(void) {
   CHECK(strstr(kopt_last_error(), "ns_steps") != NULL);
   CHECK(kopt_config_set(muon, "ns_steps", 5) == KOPT_OK);
   CHECK(kopt_groups_add_group_config(groups, muon, 0, NULL) == KOPT_OK);
-  CHECK(kopt_groups_add_matrix_param(groups, 0, "m", w, KOPT_F32, g, KOPT_F32, -1, 3,
-                                     KOPT_HOST) == KOPT_ERROR_INVALID_ARGUMENT);
+  CHECK(kopt_groups_add_matrix_param(groups, 0, "m", w, KOPT_F32, g, KOPT_F32, -1, 3, KOPT_HOST) ==
+        KOPT_ERROR_INVALID_ARGUMENT);
   CHECK(kopt_groups_add_param(groups, 0, "v", v, KOPT_F32, h, KOPT_F32, N, KOPT_HOST) == KOPT_OK);
   opt = NULL;
   CHECK(kopt_optimizer_create(groups, NULL, &opt) == KOPT_ERROR_INVALID_ARGUMENT && opt == NULL);

@@ -358,20 +358,19 @@ void FusedOptimizer<ExecSpace, Policy>::step(double grad_scale,
   }
   if constexpr (Impl::has_tensor_stage<Policy>) {
     // Directions in place of the params, transformed, then in place of the grads.
-    stage_.run(exec_, registry_, updated_, slots_host_, scalars_host_,
-               [&](int pass, const auto& slots) {
-                 for (const KernelClass& kc : classes_)
-                   Impl::launch_update<ExecSpace, Policy>(
-                       exec_, label_ + (pass == 0 ? "::directions" : "::update"),
-                       pass == 0 ? DType::f32 : kc.key.param, pass == 0 ? kc.key.grad : DType::f32,
-                       pass, state_.storage(), slots, scalars_, row_steps_, kc.chunks,
-                       stage_.rates());
-               });
+    stage_.run(
+        exec_, registry_, updated_, slots_host_, scalars_host_, [&](int pass, const auto& slots) {
+          for (const KernelClass& kc : classes_)
+            Impl::launch_update<ExecSpace, Policy>(
+                exec_, label_ + (pass == 0 ? "::directions" : "::update"),
+                pass == 0 ? DType::f32 : kc.key.param, pass == 0 ? kc.key.grad : DType::f32, pass,
+                state_.storage(), slots, scalars_, row_steps_, kc.chunks, stage_.rates());
+        });
   } else {
     for (const KernelClass& kc : classes_)
-      Impl::launch_update<ExecSpace, Policy>(exec_, label_ + "::update", kc.key.param,
-                                             kc.key.grad, kc.key.variant, state_.storage(), slots_,
-                                             scalars_, row_steps_, kc.chunks, rates_.rates());
+      Impl::launch_update<ExecSpace, Policy>(exec_, label_ + "::update", kc.key.param, kc.key.grad,
+                                             kc.key.variant, state_.storage(), slots_, scalars_,
+                                             row_steps_, kc.chunks, rates_.rates());
   }
   for (const std::size_t i : updated_) registry_.advance(i);  // the master leads from now on
   for (ScalarSet& set : sets_) ++set.step;  // its params all stepped: still one row

@@ -48,8 +48,8 @@ struct NewtonSchulzWork {
     grow(next_, static_cast<std::size_t>(rows * cols), "::ns_next");
     grow(gram_, 2 * k * k, "::ns_gram");
     grow(sums_, static_cast<std::size_t>(rows), "::ns_row_sums");
-    auto sums_host = sums_.extent(0) == row_sums.extent(0) ? row_sums_host
-                                                           : Kokkos::create_mirror_view(sums_);
+    auto sums_host =
+        sums_.extent(0) == row_sums.extent(0) ? row_sums_host : Kokkos::create_mirror_view(sums_);
     next = next_, gram = gram_, row_sums = sums_, row_sums_host = sums_host;
   }
 };

@@ -22,7 +22,9 @@
 namespace kopt::Impl {
 
 template <class Policy>
-inline constexpr bool has_tensor_stage = requires { Policy::tensor_stage; };
+inline constexpr bool has_tensor_stage = requires {
+  Policy::tensor_stage;
+};
 
 template <class ExecSpace, class Policy, bool = has_tensor_stage<Policy>>
 class TensorStage {
@@ -90,8 +92,7 @@ class TensorStage<ExecSpace, Policy, true> {
   /// transform. Blocks while the transforms run.
   template <class Launch>
   void run(const ExecSpace& exec, const ParamRegistry& registry,
-           const std::vector<std::size_t>& updated,
-           const typename SlotView::HostMirror& slots_host,
+           const std::vector<std::size_t>& updated, const typename SlotView::HostMirror& slots_host,
            const typename Kokkos::View<Scalars*, memory_space>::HostMirror& scalars_host,
            Launch&& launch) {
     launch(0, first_);

@@ -105,7 +105,8 @@ struct FusedUpdateFunctor {
   /// has tensor sums.
   KOKKOS_FORCEINLINE_FUNCTION Scalars scalars_of(const Chunk& chunk, const UpdateSlot& slot) const {
     Scalars s = scalars_(slot.scalar_set);
-    if constexpr (requires { Policy::tensor_sums; } || requires { Policy::tensor_stage; })
+    if constexpr (
+        requires { Policy::tensor_sums; } || requires { Policy::tensor_stage; })
       s.rate = rates_(chunk.slot);
     return s;
   }

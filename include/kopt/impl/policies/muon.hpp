@@ -58,9 +58,9 @@ struct MuonPolicy {
     s.lr = c.lr;
     s.rate = static_cast<float>(c.lr);
     s.match_rms_adamw = c.match_rms_adamw;
-    s.ns = NewtonSchulzCoefficients{static_cast<float>(c.ns_a), static_cast<float>(c.ns_b),
-                                    static_cast<float>(c.ns_c), c.eps,
-                                    static_cast<int>(c.ns_steps)};
+    s.ns =
+        NewtonSchulzCoefficients{static_cast<float>(c.ns_a), static_cast<float>(c.ns_b),
+                                 static_cast<float>(c.ns_c), c.eps, static_cast<int>(c.ns_steps)};
     return s;
   }
 
@@ -68,14 +68,14 @@ struct MuonPolicy {
   static float rate(const Scalars& s, std::int64_t rows, std::int64_t cols) {
     MuonConfig c;
     c.match_rms_adamw = s.match_rms_adamw;
-    return static_cast<float>(s.lr * c.lr_scale(static_cast<double>(rows),
-                                                static_cast<double>(cols)));
+    return static_cast<float>(s.lr *
+                              c.lr_scale(static_cast<double>(rows), static_cast<double>(cols)));
   }
 
   /// Between the variants: the direction of one rows x cols param, orthogonalized in place.
   template <class ExecSpace>
-  static void transform(float* direction, std::int64_t rows, std::int64_t cols,
-                        const Scalars& s, Work<ExecSpace>& work) {
+  static void transform(float* direction, std::int64_t rows, std::int64_t cols, const Scalars& s,
+                        Work<ExecSpace>& work) {
     newton_schulz<ExecSpace>(direction, rows, cols, s.ns, work);
   }
 
