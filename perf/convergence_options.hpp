@@ -16,8 +16,16 @@ enum class Expect {
   same_masters,  ///< the reference's masters, so its losses bitwise until the params' rounding
                  ///< of a tie differs (MasterStorage::remainder: ties toward the truncation)
   close,         ///< a final loss within the test's stated tolerance of the reference's
-  worse,  ///< a final loss above that tolerance: a known loss of precision, and the proof that
-          ///< the tolerance can see one
+  worse,   ///< a final loss above that tolerance: a known loss of precision, and the proof that
+           ///< the tolerance can see one
+  better,  ///< another optimizer (Muon): a final loss at most the reference's (issue 19: it
+           ///< must train the model at least as well as AdamW alone)
+};
+
+/// Which optimizer trains the weights.
+enum class Optimizer {
+  adamw,  ///< AdamW on every param (weights with decay, biases without)
+  muon,   ///< Muon on the hidden 2-D weights (all but the output layer's), AdamW on the rest
 };
 
 /// One row: how a run stores its state.
@@ -26,6 +34,7 @@ struct StorageOption {
   kopt::DType params;
   void (*configure)(kopt::ParamGroup&);  ///< applied to the weights' and the biases' group
   Expect expect;
+  Optimizer optimizer = Optimizer::adamw;
 };
 
 inline const StorageOption storage_options[] = {
@@ -77,6 +86,12 @@ inline const StorageOption storage_options[] = {
            .set_state_dtype(kopt::DType::bf16);
      },
      Expect::close},
+    // Muon (match_rms_adamw: AdamW's lr schedule and decay carry over) on the hidden layers'
+    // weights, AdamW on the output layer and the biases, in one optimizer.
+    {"muon_adamw_bf16_master", kopt::DType::bf16, [](kopt::ParamGroup&) {}, Expect::better,
+     Optimizer::muon},
+    {"muon_adamw_fp32_params", kopt::DType::f32, [](kopt::ParamGroup&) {}, Expect::better,
+     Optimizer::muon},
 };
 
 /// The row named `name`; throws std::invalid_argument listing the names there are.

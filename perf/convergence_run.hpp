@@ -10,6 +10,7 @@
 #include <cmath>
 #include <kopt/kopt.hpp>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "convergence_mlp.hpp"
@@ -67,8 +68,12 @@ class Training {
     sample(data_, config_.batch);
     student_.forward(x_, config_.batch);
     const double loss = student_.backward(y_, config_.batch);
-    for (std::size_t g = 0; g < opt_.num_groups(); ++g)
-      opt_.group(g).config().lr = config_.lr_at(step_);
+    for (std::size_t g = 0; g < opt_.num_groups(); ++g) {
+      if (std::holds_alternative<kopt::MuonConfig>(opt_.group(g).algorithm()))
+        opt_.group(g).config<kopt::MuonConfig>().lr = config_.lr_at(step_);
+      else
+        opt_.group(g).config().lr = config_.lr_at(step_);
+    }
     opt_.step();
     return loss;
   }
@@ -85,16 +90,23 @@ class Training {
     const double lr = config_.lr_at(1);
     kopt::ParamGroup weights(kopt::AdamConfig{.lr = lr, .weight_decay = config_.weight_decay});
     kopt::ParamGroup biases(kopt::AdamConfig{.lr = lr, .weight_decay = 0});
+    kopt::ParamGroup hidden(
+        kopt::MuonConfig{.lr = lr, .weight_decay = config_.weight_decay, .match_rms_adamw = true});
+    const bool muon = option.optimizer == Optimizer::muon;
     option.configure(weights);
     option.configure(biases);
+    if (muon) option.configure(hidden);
     for (std::size_t l = 0; l < student_.layers.size(); ++l) {
       Layer<P>& L = student_.layers[l];
       const std::string name = "layer" + std::to_string(l);
-      weights.add(name + ".weight", kopt::Tensor::from(L.w.data(), L.w.size()),
-                  kopt::Tensor::from(L.dw.data(), L.dw.size()));
+      const kopt::Tensor w = kopt::Tensor::from(L.w.data(), L.w.size()).matrix(L.out, L.in);
+      const bool head = l + 1 == student_.layers.size();
+      (muon && !head ? hidden : weights)
+          .add(name + ".weight", w, kopt::Tensor::from(L.dw.data(), L.dw.size()));
       biases.add(name + ".bias", kopt::Tensor::from(L.b.data(), L.b.size()),
                  kopt::Tensor::from(L.db.data(), L.db.size()));
     }
+    if (muon) return kopt::HybridOptimizer({hidden, weights, biases}, {.max_grad_norm = 1.0});
     return kopt::HybridOptimizer({weights, biases}, {.max_grad_norm = 1.0});
   }
   /// `n` Gaussian inputs into x_ and the teacher's outputs for them into y_.

@@ -102,9 +102,6 @@ HybridOptimizer::HybridOptimizer(std::vector<ParamGroup> groups, const HybridOpt
       KOPT_THROW_IF(groups_[g].placement() == StatePlacement::host,
                     what << "offloaded groups (StatePlacement::host) do not run it (parameter '"
                          << groups_[g].params().front().name << "'): keep its state with_params");
-      KOPT_THROW_IF(options_.sharding.has_value(),
-                    what << "sharded optimizers (HybridOptions::sharding) do not run it yet "
-                         << "(parameter '" << groups_[g].params().front().name << "')");
       for (const ParamSpec& p : groups_[g].params())
         KOPT_THROW_IF(!p.param.is_matrix() || p.param.is_shard(),
                       what << "parameter '" << p.name << "' is " << describe(p.param)

@@ -22,6 +22,43 @@ ShardLayout::ShardLayout(const std::vector<std::int64_t>& numels, int world_size
   shard_size_ = round_up(at, alignment * world_size) / world_size;
 }
 
+ShardLayout ShardLayout::whole_params(const std::vector<std::int64_t>& numels,
+                                      const std::vector<double>& costs, int world_size) {
+  ShardLayout layout(numels, world_size);  // checks the counts and the world
+  KOPT_THROW_IF(costs.size() != numels.size(), "kopt::ShardLayout: " << costs.size()
+                                                                     << " costs for "
+                                                                     << numels.size() << " params");
+  std::vector<std::size_t> order(numels.size());
+  for (std::size_t p = 0; p < order.size(); ++p) {
+    KOPT_THROW_IF(!(costs[p] >= 0.0), "kopt::ShardLayout: param " << p << " costs " << costs[p]);
+    order[p] = p;
+  }
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t a, std::size_t b) { return costs[a] > costs[b]; });
+  std::vector<double> load(static_cast<std::size_t>(world_size), 0.0);
+  std::vector<int> owner(numels.size(), 0);
+  for (const std::size_t p : order) {
+    const auto least = std::min_element(load.begin(), load.end()) - load.begin();
+    owner[p] = static_cast<int>(least);
+    load[static_cast<std::size_t>(least)] += costs[p];
+  }
+  std::vector<std::int64_t> at(static_cast<std::size_t>(world_size), 0), offset(numels.size());
+  for (std::size_t p = 0; p < numels.size(); ++p) {
+    std::int64_t& end = at[static_cast<std::size_t>(owner[p])];
+    offset[p] = end;
+    end = round_up(end + numels[p], alignment);
+  }
+  layout.shard_size_ = *std::max_element(at.begin(), at.end());
+  for (std::size_t p = 0; p < numels.size(); ++p)
+    layout.starts_[p] = owner[p] * layout.shard_size_ + offset[p];
+  return layout;
+}
+
+int ShardLayout::owner(std::size_t p) const {
+  if (numels_.at(p) == 0 || shard_size_ == 0) return -1;
+  return static_cast<int>(starts_[p] / shard_size_);
+}
+
 std::vector<ShardSegment> ShardLayout::segments(int rank) const {
   KOPT_THROW_IF(rank < 0 || rank >= world_size_,
                 "kopt::ShardLayout: rank " << rank << " is not in a world of " << world_size_);

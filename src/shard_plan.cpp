@@ -8,10 +8,21 @@
 namespace kopt::Impl {
 
 namespace {
-ShardLayout layout_of(const std::vector<ParamSpec>& specs, int world) {
+// A group whose algorithm transforms whole matrices (Muon) keeps each param whole on one
+// rank, balanced by its Newton-Schulz cost (numel times the smaller side, per product);
+// every other group is cut into equal shards.
+ShardLayout layout_of(const ParamGroup& group, int world) {
   std::vector<std::int64_t> numels;
-  for (const ParamSpec& p : specs)
-    if (!p.param.is_shard()) numels.push_back(p.param.numel);
+  std::vector<double> costs;
+  for (const ParamSpec& p : group.params()) {
+    if (p.param.is_shard()) continue;
+    numels.push_back(p.param.numel);
+    const double side =
+        p.param.is_matrix() ? static_cast<double>(std::min(p.param.rows, p.param.cols)) : 1.0;
+    costs.push_back(static_cast<double>(p.param.numel) * (side + 1.0));
+  }
+  if (needs_whole_matrices(group.algorithm()))
+    return ShardLayout::whole_params(numels, costs, world);
   return ShardLayout(numels, world);
 }
 
@@ -47,7 +58,8 @@ ShardPlan::ShardPlan(const std::vector<ParamGroup>& groups, const ShardingOption
   KOPT_THROW_IF(world_ < 1 || rank_ < 0 || rank_ >= world_,
                 "kopt::ShardingOptions: communicator says rank " << rank_ << " of " << world_);
   for (std::size_t g = 0; g < groups.size(); ++g) {
-    groups_.push_back(Group{layout_of(groups[g].params(), world_), {}, {}, {}});
+    groups_.push_back(Group{
+        layout_of(groups[g], world_), {}, {}, {}, needs_whole_matrices(groups[g].algorithm())});
     Group& group = groups_.back();
     for (const ParamSpec& p : groups[g].params()) {
       Param item{g, p.param, p.grad, p.param.is_shard(), p.param.is_shard(), {}, nullptr};
@@ -97,7 +109,8 @@ void ShardPlan::set(std::size_t i, const Tensor& param, const Tensor& grad) {
 
 Tensor ShardPlan::local(std::size_t i, const Tensor& t) const {
   const Param& p = params_[i];
-  if (p.presharded || t.is_null()) return t;
+  // A param kept whole is itself (its 2-D shape too).
+  if (p.presharded || t.is_null() || groups_[p.group].whole) return t;
   // Marked as a piece of the whole param: the engines' norm passes need to know where it
   // ends (its last block may be cut).
   return t.slice(p.segment.param_offset, p.segment.length)
@@ -108,12 +121,12 @@ Tensor ShardPlan::local_grad(std::size_t i, const Tensor& grad) const {
   const Param& p = params_[i];
   if (grad.is_null()) return Tensor{};
   if (p.presharded || !reduces_grads()) return local(i, grad);
-  if (p.device_grad)
-    return Tensor(p.device_grad.get(), p.segment.length, DType::f32, p.param.space)
-        .shard_of(p.param.numel, p.segment.param_offset);
-  float* reduced = const_cast<float*>(groups_[p.group].recv.data()) + p.segment.shard_offset;
-  return Tensor(reduced, p.segment.length, DType::f32, MemorySpace::host)
-      .shard_of(p.param.numel, p.segment.param_offset);
+  Tensor reduced =
+      p.device_grad
+          ? Tensor(p.device_grad.get(), p.segment.length, DType::f32, p.param.space)
+          : Tensor(const_cast<float*>(groups_[p.group].recv.data()) + p.segment.shard_offset,
+                   p.segment.length, DType::f32, MemorySpace::host);
+  return groups_[p.group].whole ? reduced : reduced.shard_of(p.param.numel, p.segment.param_offset);
 }
 
 void ShardPlan::reduce_grads() {

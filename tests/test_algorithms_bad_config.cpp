@@ -137,9 +137,9 @@ TEST(AlgorithmsBadConfig, EveryInvalidFieldIsNamedByValidateParamGroupAndEngine)
 }
 
 // Muon updates whole matrices: a param without a 2-D shape (or a shard's piece) is refused
-// by the engine and by the optimizer, naming it; so are an offloaded Muon group and a sharded
-// optimizer with one (not yet run), each before anything exists.
-TEST(AlgorithmsBadConfig, MuonParamsWithoutShapeOffloadedOrShardedAreRefusedNamingThem) {
+// by the engine and by the optimizer, naming it; so is an offloaded Muon group (not yet
+// run), each before anything exists.
+TEST(AlgorithmsBadConfig, MuonParamsWithoutShapeOrOffloadedAreRefusedNamingThem) {
   std::vector<float> w(12, 0.5f), g(12, 0.1f);
   const auto weight = kopt::Tensor::from(w.data(), 12);
   const auto grad = kopt::Tensor::from(g.data(), 12);
@@ -165,12 +165,18 @@ TEST(AlgorithmsBadConfig, MuonParamsWithoutShapeOffloadedOrShardedAreRefusedNami
     expect_error<kopt::InvalidArgument>(
         [&] { kopt::HybridOptimizer opt(groups(kopt::StatePlacement::host, weight.matrix(3, 4))); },
         needle);
+  // Sharded, a Muon param is owned whole by one rank; a piece the training code shards
+  // itself is not a whole matrix.
   kopt::HybridOptions sharded;
   sharded.sharding = kopt::ShardingOptions{std::make_shared<kopt::SingleProcessCommunicator>()};
-  for (const char* needle : {"group 1 runs 'muon'", "sharded", "'layer.weight'"})
+  for (const char* needle : {"group 1 runs 'muon'", "'layer.weight'", "elements 12.. of 24"})
     expect_error<kopt::InvalidArgument>(
-        [&] { kopt::HybridOptimizer opt(groups(with_params, weight.matrix(3, 4)), sharded); },
+        [&] {
+          kopt::HybridOptimizer opt(groups(with_params, weight.shard_of(24, 12).matrix(4, 6)),
+                                    sharded);
+        },
         needle);
+  EXPECT_NO_THROW(kopt::HybridOptimizer(groups(with_params, weight.matrix(3, 4)), sharded));
   kopt::HybridOptimizer fine(groups(with_params, weight.matrix(3, 4)));
   fine.step();
   EXPECT_NE(w[0], 0.5f) << "the Muon group did not step";

@@ -21,6 +21,8 @@ namespace kc = kopt_convergence;
 //   bf16_master_bf16_state 1.0763, bf16_remainder_bf16_state 1.0775,
 //   bf16_stochastic_bf16_state 1.0787; bf16_no_master_bf16_state 1.7627 (Expect::worse).
 //   Seeds 1-3: bf16-state rows 1.04-1.09, no master to nearest 1.49-1.80.
+//   Muon (match_rms_adamw, AdamW's schedule) on the two hidden weight matrices beside AdamW:
+//   0.3155 with bf16 params and masters, 0.3139 with fp32 params (Expect::better).
 // bf16 state costs 8% here because Adam's v moves by (1 - beta2) (g^2 - v): with beta2 =
 // 0.999 a fall of v is under half a bf16 ulp and lost, so v only ratchets up and the steps
 // shrink (beta2 = 0.99: 1.015; 0.95: 0.999). Broken builds tried (not kept): bf16 state
@@ -71,16 +73,21 @@ TEST(Convergence, RemainderMastersTrainBitwiseLikeFp32MastersTieForTie) {
 }
 
 // Every other row against the reference: Expect::close within the tolerance, Expect::worse
-// beyond it; and the reference itself trained (its loss fell 187x, 1.585 to 0.0085).
+// beyond it, Expect::better (Muon on the hidden matrices beside AdamW, issue 19) at most the
+// reference's loss; and the reference itself trained (its loss fell 187x, 1.585 to 0.0085).
 TEST(Convergence, EveryStorageOptionEndsWithinToleranceOfTheReference) {
   const kc::Curve reference = kc::train(kc::reference_option());
   EXPECT_LT(reference.eval_loss, reference.loss.front() / 100);
   for (const kc::StorageOption& option : kc::storage_options) {
-    if (option.expect != kc::Expect::close && option.expect != kc::Expect::worse) continue;
+    if (option.expect != kc::Expect::close && option.expect != kc::Expect::worse &&
+        option.expect != kc::Expect::better)
+      continue;
     const double ratio = kc::train(option).eval_loss / reference.eval_loss;
     std::printf("%-28s eval loss / reference %.4f\n", option.name, ratio);
     if (option.expect == kc::Expect::close)
       EXPECT_NEAR(ratio, 1.0, tolerance) << option.name;
+    else if (option.expect == kc::Expect::better)
+      EXPECT_LE(ratio, 1.0) << option.name << ": trains worse than AdamW alone";
     else
       EXPECT_GT(ratio, 1.0 + tolerance) << option.name << ": no longer loses precision?";
   }

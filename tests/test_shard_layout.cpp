@@ -2,6 +2,7 @@
 // process (the MPI worlds are in tests/mpi/).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <kopt/kopt.hpp>
 
 #include "hybrid_world.hpp"
@@ -68,6 +69,52 @@ TEST(ShardLayout, EmptyShardsAndStraddlingParamsAreNormal) {
   EXPECT_EQ(cut.shard_size(), 48);
   EXPECT_EQ(cut.segments(1).at(0).param_offset, 48);
   EXPECT_EQ(cut.segments(2).at(0).length, 4);
+}
+
+// Muon's layout: every param whole on one rank (one segment, offset 0), the costliest first
+// to the least-loaded rank, no rank's range overlapping another's, and the loads balanced as
+// the rule says.
+TEST(ShardLayout, WholeParamsAreNeverCutAndAreBalancedByCost) {
+  const std::vector<std::int64_t> numels = {1000, 13, 4096, 0, 4096, 300, 1};
+  const std::vector<double> costs = {8000, 13, 65536, 0, 65536, 3000, 1};
+  for (int world = 1; world <= 5; ++world) {
+    SCOPED_TRACE("world " + std::to_string(world));
+    const ShardLayout layout = ShardLayout::whole_params(numels, costs, world);
+    EXPECT_EQ(layout.shard_size() % ShardLayout::alignment, 0);
+    std::vector<double> load(static_cast<std::size_t>(world), 0.0);
+    std::vector<int> segments_of(numels.size(), 0);
+    for (int r = 0; r < world; ++r) {
+      std::int64_t used = 0;
+      for (const kopt::ShardSegment& s : layout.segments(r)) {
+        EXPECT_EQ(s.param_offset, 0);
+        EXPECT_EQ(s.length, numels[s.param]) << "param " << s.param << " is cut";
+        EXPECT_LE(s.shard_offset + s.length, layout.shard_size());
+        EXPECT_EQ(layout.owner(s.param), r);
+        ++segments_of[s.param];
+        load[static_cast<std::size_t>(r)] += costs[s.param];
+        used += s.length;
+      }
+      EXPECT_LE(used, layout.shard_size());
+    }
+    for (std::size_t p = 0; p < numels.size(); ++p)
+      EXPECT_EQ(segments_of[p], numels[p] > 0 ? 1 : 0) << "param " << p;
+    EXPECT_EQ(layout.owner(3), -1);  // empty
+    // The two big matrices on two ranks where there are two; then the 1000-element one on a
+    // third, or beside the lighter of them.
+    if (world >= 2) {
+      EXPECT_NE(layout.owner(2), layout.owner(4));
+    }
+    if (world >= 3) {
+      EXPECT_NE(layout.owner(0), layout.owner(2));
+      EXPECT_NE(layout.owner(0), layout.owner(4));
+    }
+    const double total = 8000 + 13 + 65536 * 2 + 3000 + 1;
+    EXPECT_LE(*std::max_element(load.begin(), load.end()), std::max(65536.0, total / world) + 8000)
+        << "unbalanced";
+  }
+  EXPECT_THROW(ShardLayout::whole_params({1, 2}, {1.0}, 2), kopt::InvalidArgument);
+  EXPECT_THROW(ShardLayout::whole_params({1}, {-1.0}, 2), kopt::InvalidArgument);
+  EXPECT_THROW(ShardLayout::whole_params({1}, {1.0}, 0), kopt::InvalidArgument);
 }
 
 TEST(ShardLayout, BadInputIsRefused) {

@@ -34,6 +34,18 @@ class ShardLayout {
   /// Throws kopt::InvalidArgument for world_size < 1 or a negative count.
   ShardLayout(const std::vector<std::int64_t>& numels, int world_size);
 
+  /// A layout that cuts no param: each is owned whole by one rank (a matrix its engine
+  /// transforms as a whole, Muon's). Params in order of decreasing `costs` (ties: the earlier
+  /// param first) each go to the rank with the least cost so far (ties: the lowest rank);
+  /// each rank's params sit in its local range in registration order, aligned; shard_size is
+  /// the most any rank holds, rounded up to alignment (the others' ranges end in padding).
+  /// Throws like the constructor, and for costs of another size or a negative cost.
+  static ShardLayout whole_params(const std::vector<std::int64_t>& numels,
+                                  const std::vector<double>& costs, int world_size);
+  /// The rank that owns param p whole (whole_params layouts; else the rank of its first
+  /// element, or -1 for an empty param).
+  int owner(std::size_t p) const;
+
   int world_size() const { return world_size_; }
   std::size_t num_params() const { return starts_.size(); }
   /// Elements per shard (a multiple of alignment; 0 for a group without elements).
@@ -43,7 +55,7 @@ class ShardLayout {
   /// Where param p starts in the world range.
   std::int64_t param_start(std::size_t p) const { return starts_[p]; }
   std::int64_t param_numel(std::size_t p) const { return numels_[p]; }
-  /// Rank r's segments, in world-range order. Throws for a rank outside [0, world_size).
+  /// Rank r's segments, in param order. Throws for a rank outside [0, world_size).
   std::vector<ShardSegment> segments(int rank) const;
   /// Rank r's segment of param p, if it has one.
   bool find_segment(int rank, std::size_t p, ShardSegment& out) const;

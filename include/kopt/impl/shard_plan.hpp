@@ -62,6 +62,7 @@ class ShardPlan final : public ShardStrategy {
     ShardLayout layout;
     std::vector<std::size_t> ordinals;  ///< of the params it cuts, in layout order
     std::vector<float> send, recv;      ///< ZeRO-2: the packed local grads, the reduced shard
+    bool whole = false;  ///< params owned whole by one rank (ShardLayout::whole_params)
   };
 
   ShardingOptions options_;
