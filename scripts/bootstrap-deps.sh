@@ -50,8 +50,9 @@ apt_update() {
 }
 
 # --- Debian packages ---------------------------------------------------------------
+# libopenblas-dev: Kokkos Kernels' BLAS on host spaces (Muon's gemms).
 packages=(cmake g++ gfortran make ninja-build libgtest-dev libgmock-dev libbenchmark-dev xz-utils clang
-  python3)
+  python3 libopenblas-dev)
 [ "$want_mpi" = 1 ] && packages+=(libopenmpi-dev openmpi-bin)
 [ "$want_libtorch" = 1 ] && packages+=(libtorch-dev)
 [ "$want_plot" = 1 ] && packages+=(gnuplot-nox)
@@ -113,7 +114,7 @@ for p in "${user_paths[@]}"; do
   fi
 done
 
-dest="$prefix" stamp="$prefix/.kopt-deps-3.4.01-openmp" what="OpenMP+Serial"
+dest="$prefix" stamp="$prefix/.kopt-deps-3.4.01-openmp-blas" what="OpenMP+Serial, OpenBLAS"
 [ "$want_cuda" = 1 ] && dest="$prefix/cuda" stamp="$prefix/cuda/.kopt-deps-3.4.01-cuda-sm80-sm90" what="Cuda+OpenMP+Serial"
 if [ -f "$stamp" ]; then
   log "Kokkos 3.4.01 ($what) and Kokkos Kernels cached in $dest"
@@ -220,6 +221,10 @@ EOF
   # Kokkos Kernels would find cuBLAS/cuSPARSE of any CUDA on the machine; kopt needs neither.
   kk_cuda=(-DKokkosKernels_ENABLE_TPL_CUBLAS=OFF -DKokkosKernels_ENABLE_TPL_CUSPARSE=OFF)
 fi
+# Host gemms (Muon's Newton-Schulz) on Debian's OpenBLAS: Kokkos Kernels' own gemm reaches
+# about a tenth of a CPU's peak. Not in the CUDA build (compiled, never run, in CI).
+kk_blas=()
+[ "$want_cuda" = 1 ] || kk_blas=(-DKokkosKernels_ENABLE_TPL_BLAS=ON)
 build kokkos "$src/kokkos" -DKokkos_ENABLE_SERIAL=ON -DKokkos_ENABLE_OPENMP=ON "${kokkos_cuda[@]}" \
   -DKokkos_ENABLE_TESTS=OFF -DKokkos_ENABLE_EXAMPLES=OFF -DBUILD_SHARED_LIBS=OFF \
   -DCMAKE_POSITION_INDEPENDENT_CODE=ON
@@ -230,6 +235,6 @@ build kokkos-kernels "$src/kokkos-kernels" -DKokkosKernels_ENABLE_TESTS=OFF \
   -DKokkosKernels_INST_ORDINAL_INT=OFF -DKokkosKernels_INST_OFFSET_INT=OFF \
   -DKokkosKernels_INST_OFFSET_SIZE_T=OFF -DKokkosKernels_INST_LAYOUTLEFT=OFF \
   -DKokkosKernels_ADD_DEFAULT_ETI=OFF -DBUILD_SHARED_LIBS=OFF -DCMAKE_POSITION_INDEPENDENT_CODE=ON \
-  "${kk_cuda[@]}"
+  "${kk_cuda[@]}" "${kk_blas[@]}"
 touch "$stamp"
 echo "$dest"

@@ -22,7 +22,8 @@ namespace kc = kopt_convergence;
 //   bf16_stochastic_bf16_state 1.0787; bf16_no_master_bf16_state 1.7627 (Expect::worse).
 //   Seeds 1-3: bf16-state rows 1.04-1.09, no master to nearest 1.49-1.80.
 //   Muon (match_rms_adamw, AdamW's schedule) on the two hidden weight matrices beside AdamW:
-//   0.3155 with bf16 params and masters, 0.3139 with fp32 params (Expect::better).
+//   0.3139 with bf16 params and masters and with fp32 params (Expect::better; 0.3155 and
+//   0.3139 with Kokkos Kernels' own gemm instead of OpenBLAS).
 // bf16 state costs 8% here because Adam's v moves by (1 - beta2) (g^2 - v): with beta2 =
 // 0.999 a fall of v is under half a bf16 ulp and lost, so v only ratchets up and the steps
 // shrink (beta2 = 0.99: 1.015; 0.95: 0.999). Broken builds tried (not kept): bf16 state
