@@ -73,6 +73,10 @@ def kopt_rows(bench, peers=None):
             size = f"{int(b['params']):,} params in {int(b['groups']):,} groups"
             note = ", ".join(f"{p} {b[p + '_s']:.2f} s ({b[p + '_us_per_param']:.1f} us/param)"
                              for p in ("add", "construct", "first_step", "save", "load"))
+        elif kernel.startswith("muon_"):
+            size = kernel[len("muon_"):]
+            note = (f"{b['GFLOP/s']:.1f} GFLOP/s; its gemms alone {b['gemm_GFLOP/s']:.1f} "
+                    f"(of ceil: the step's share that is gemm)")
         elif "of_slower" in b:
             note = f"{b['of_slower']:.2f} of the slower group alone"
         gbs = b.get("GB/s", b.get("copy_GB/s"))
