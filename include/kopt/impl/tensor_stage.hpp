@@ -43,8 +43,9 @@ class TensorStage<ExecSpace, Policy, true> {
   using Scalars = typename Policy::Scalars;
 
   /// After the engine filled its slots (`slots_host`) for the entries it updates
-  /// (`updated`): the workspace, the two passes' slots and the transform's scratch. All or
-  /// nothing; allocates only when something grew.
+  /// (`updated`): the workspace and the transform's scratch (reallocated only when they
+  /// grow), the two passes' slots and the rates. All or nothing. Runs with the engine's
+  /// plan, so a steady-state step allocates nothing.
   void plan(const ExecSpace& exec, const std::string& label, const ParamRegistry& registry,
             const std::vector<std::size_t>& updated,
             const typename SlotView::HostMirror& slots_host) {
@@ -87,9 +88,10 @@ class TensorStage<ExecSpace, Policy, true> {
     rates_ = rates, rates_host_ = rates_host, offsets_.swap(offsets);
   }
 
-  /// The step: `launch(pass, slots, grad dtype or param dtype override)` runs a pass of the
-  /// update over every kernel class (the engine's); between them, each updated entry's
-  /// transform. Blocks while the transforms run.
+  /// The step: `launch(pass, slots)` runs variant `pass` of the update over every kernel
+  /// class with those slots (the engine's launch: pass 0 with f32 params, pass 1 with f32
+  /// grads); between them, each updated entry's transform and rate. Blocks while the
+  /// transforms run.
   template <class Launch>
   void run(const ExecSpace& exec, const ParamRegistry& registry,
            const std::vector<std::size_t>& updated, const typename SlotView::HostMirror& slots_host,
