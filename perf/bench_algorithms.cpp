@@ -186,10 +186,13 @@ void register_algorithm_benchmarks() {
     add(
         "lamb_bf16_master" + on,
         [](benchmark::State& s) { bm_lamb<S, kopt::bfloat16>(s, kopt::LambConfig{}); }, sizes);
-    for (const auto& [rows, cols] :
-         std::vector<std::pair<std::int64_t, std::int64_t>>{{1024, 1024}, {4096, 1024}})
+    // (No structured bindings: Clang 16 cannot capture them with OpenMP on.)
+    for (const auto& shape :
+         std::vector<std::pair<std::int64_t, std::int64_t>>{{1024, 1024}, {4096, 1024}}) {
+      const std::int64_t rows = shape.first, cols = shape.second;
       add("muon_" + std::to_string(rows) + "x" + std::to_string(cols) + on,
           [rows, cols](benchmark::State& s) { bm_muon<S>(s, rows, cols); });
+    }
   });
 }
 

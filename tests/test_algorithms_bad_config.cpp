@@ -201,9 +201,10 @@ TEST(AlgorithmsBadConfig, TensorMatrixShapeIsCheckedAndDroppedWherePiecesAreTake
   EXPECT_EQ(m.rows, 3);
   EXPECT_EQ(m.cols, 4);
   EXPECT_EQ(kopt::describe(m), "f32[3x4] @ host");
-  for (const auto& [r, c] : std::vector<std::pair<std::int64_t, std::int64_t>>{
+  for (const auto& shape : std::vector<std::pair<std::int64_t, std::int64_t>>{
            {4, 4}, {-3, -4}, {0, 12}, {12, 0}, {5, 2}, {INT64_MAX, 2}})
-    expect_error<kopt::InvalidArgument>([&] { (void)t.matrix(r, c); }, "rows * cols must be 12");
+    expect_error<kopt::InvalidArgument>([&] { (void)t.matrix(shape.first, shape.second); },
+                                        "rows * cols must be 12");
   EXPECT_FALSE(m.slice(0, 4).is_matrix());
   EXPECT_FALSE(m.shard_of(24, 12).is_matrix());
   EXPECT_TRUE(t.shard_of(24, 12).matrix(4, 6).is_matrix());  // the global tensor's shape
