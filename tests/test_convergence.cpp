@@ -21,7 +21,7 @@ namespace kc = kopt_convergence;
 //   bf16_master_bf16_state 1.0763, bf16_remainder_bf16_state 1.0775,
 //   bf16_stochastic_bf16_state 1.0787; bf16_no_master_bf16_state 1.7627 (Expect::worse).
 //   Seeds 1-3: bf16-state rows 1.04-1.09, no master to nearest 1.49-1.80.
-//   Muon (match_rms_adamw, AdamW's schedule) on the two hidden weight matrices beside AdamW:
+//   Muon (match_rms_adamw, AdamW's schedule) on the weights of all layers but the output:
 //   0.3139 with bf16 params and masters and with fp32 params (Expect::better; 0.3155 and
 //   0.3139 with Kokkos Kernels' own gemm instead of OpenBLAS).
 // bf16 state costs 8% here because Adam's v moves by (1 - beta2) (g^2 - v): with beta2 =
