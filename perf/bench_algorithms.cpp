@@ -1,8 +1,9 @@
 // Every algorithm beside Adam on every enabled space: SGD (plain, momentum, Nesterov), Lion,
-// Adagrad and LAMB, fp32 and bf16 params with fp32 masters, each timed beside the ceiling of
-// its own access pattern (the state arrays it keeps; perf/ceiling.hpp; LAMB: a read of every
-// stream, then the update's), alternating inside each iteration so machine noise hits both;
-// Muon beside the gemms of its Newton-Schulz iteration alone.
+// Adagrad, LAMB and Adafactor, fp32 and bf16 params with fp32 masters, each timed beside the
+// ceiling of its own access pattern (the state arrays it keeps; perf/ceiling.hpp; LAMB: a
+// read of every stream, then the update's; Adafactor: the least traffic its step needs),
+// alternating inside each iteration so machine noise hits both; Muon beside the gemms of its
+// Newton-Schulz iteration alone.
 #include <kopt/impl/fused_optimizer_def.hpp>
 #include <kopt/kopt.hpp>
 
@@ -109,6 +110,89 @@ void bm_lamb(benchmark::State& state, kopt::LambConfig config) {
          ceiling_total, exec.concurrency());
 }
 
+/// A read of the grad and up to two fp32 streams (`a`, `b`: null for none), summed in 16
+/// float lanes per chunk: Adafactor's passes that only read.
+template <class ExecSpace, class GradT>
+struct ReadStreamsFunctor {
+  const GradT* grad;
+  const float *a, *b;
+  Kokkos::View<float*, typename ExecSpace::memory_space> partials;
+  std::int64_t n;
+  static constexpr std::int64_t size = kopt::Impl::chunk_size<ExecSpace>;
+  KOKKOS_INLINE_FUNCTION float at(std::int64_t i) const {
+    const float g = raw_value(grad[i]);
+    return a == nullptr ? g * g : b == nullptr ? g * g + a[i] * a[i] : g + a[i] + b[i];
+  }
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t chunk) const {
+    const std::int64_t begin = chunk * size, end = begin + size < n ? begin + size : n;
+    float lane[16] = {};
+    std::int64_t i = begin;
+    for (; i + 16 <= end; i += 16)
+      for (int k = 0; k < 16; ++k) lane[k] += at(i + k);
+    float sum = 0.0f;
+    for (; i < end; ++i) sum += at(i);
+    for (int k = 0; k < 16; ++k) sum += lane[k];
+    partials(chunk) = sum;
+  }
+  template <class Member>
+  KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
+    const std::int64_t begin = team.league_rank() * size, end = begin + size < n ? begin + size : n;
+    float sum = 0.0f;
+    Kokkos::parallel_reduce(
+        Kokkos::TeamThreadRange(team, begin, end),
+        [&](const std::int64_t i, float& acc) { acc += at(i); }, sum);
+    if (team.team_rank() == 0) partials(team.league_rank()) = sum;
+  }
+};
+
+/// Adafactor on one n-element matrix (the most nearly square power-of-two shape) beside the
+/// ceiling of the least traffic its step needs: a read of the param (its master) and grad
+/// (||p||, the row and column sums of g^2), a read of the grad (||u||, for the clipping),
+/// and SGD's update pattern (read param and grad, write the param). kopt's step moves more:
+/// its tensor stage writes g to a workspace and reads it back (README, Adafactor).
+template <class ExecSpace, class ParamT>
+void bm_adafactor(benchmark::State& state) {
+  using Mem = typename ExecSpace::memory_space;
+  const auto n = static_cast<std::int64_t>(state.range(0));
+  std::int64_t rows = 1;
+  while (rows * rows * 4 <= n) rows *= 2;
+  ExecSpace exec;
+  Kokkos::View<ParamT*, Mem> param("kopt::perf::param", n), grad("kopt::perf::grad", n);
+  fill_random(param, 1);
+  fill_random(grad, 2);
+  kopt::FusedOptimizer<ExecSpace, kopt::Impl::AdafactorPolicy> opt(exec, kopt::AdafactorConfig{},
+                                                                   "kopt::perf");
+  opt.add("w", kopt::Tensor(param).matrix(rows, n / rows), kopt::Tensor(grad));
+  opt.step();
+  const auto s = opt.state("w");
+  const auto pattern = pattern_of<ParamT, ParamT, 0u>(param.data(), grad.data(), s);
+  const float* master = std::is_same_v<ParamT, float> ? reinterpret_cast<const float*>(param.data())
+                                                      : s.master.data();
+  const std::int64_t size = kopt::Impl::chunk_size<ExecSpace>;
+  const Kokkos::View<float*, Mem> partials("kopt::perf::partials", (n + size - 1) / size);
+  const ReadStreamsFunctor<ExecSpace, ParamT> both{grad.data(), master, nullptr, partials, n};
+  const ReadStreamsFunctor<ExecSpace, ParamT> grads{grad.data(), nullptr, nullptr, partials, n};
+  const auto reads = [&] {
+    const auto chunks = static_cast<std::int64_t>(partials.extent(0));
+    kopt::Impl::launch_chunks(exec, "kopt::perf::read_both", chunks, both);
+    kopt::Impl::launch_chunks(exec, "kopt::perf::read_grads", chunks, grads);
+  };
+  const double read_bytes = 4.0 + 2.0 * sizeof(ParamT);  // master or param, grad; grad
+  double kopt_total = 0.0, ceiling_total = 0.0;
+  for (auto _ : state) {
+    ceiling_total += seconds(exec, reads) + ceiling_seconds(exec, pattern, n);
+    const double t = seconds(exec, [&] { opt.step(); });
+    state.SetIterationTime(t);
+    kopt_total += t;
+  }
+  report(state, static_cast<double>(n), read_bytes + update_bytes<ParamT, ParamT>(0u), kopt_total,
+         ceiling_total, exec.concurrency());
+  state.counters["rows"] = static_cast<double>(rows);
+  state.counters["state_B/elem"] =
+      static_cast<double>(opt.state_bytes() - (std::is_same_v<ParamT, float> ? 0 : 4 * n)) /
+      static_cast<double>(n);
+}
+
 template <class S, class Config, unsigned Arrays>
 void add_both(const std::string& name, const Config& config, const std::string& on,
               const std::vector<std::int64_t>& sizes) {
@@ -186,6 +270,11 @@ void register_algorithm_benchmarks() {
     add(
         "lamb_bf16_master" + on,
         [](benchmark::State& s) { bm_lamb<S, kopt::bfloat16>(s, kopt::LambConfig{}); }, sizes);
+    add(
+        "adafactor_fp32" + on, [](benchmark::State& s) { bm_adafactor<S, float>(s); }, sizes);
+    add(
+        "adafactor_bf16_master" + on,
+        [](benchmark::State& s) { bm_adafactor<S, kopt::bfloat16>(s); }, sizes);
     // (No structured bindings: Clang 16 cannot capture them with OpenMP on.)
     for (const auto& shape :
          std::vector<std::pair<std::int64_t, std::int64_t>>{{1024, 1024}, {4096, 1024}}) {

@@ -104,11 +104,18 @@ void HybridOptimizer::save(const std::string& path) {
         const auto arrays =
             static_cast<std::uint8_t>(held_arrays_[g] | Impl::arrays_of(groups_[g].algorithm()));
         const bool has_master = p.param.dtype != DType::f32;
-        Impl::IndexParam q{p.name,           static_cast<std::uint32_t>(g),
-                           p.param.dtype,    global_numel(p.param),
-                           step_count(p.name), arrays, has_master};
+        Impl::IndexParam q{p.name,
+                           static_cast<std::uint32_t>(g),
+                           p.param.dtype,
+                           global_numel(p.param),
+                           step_count(p.name),
+                           arrays,
+                           has_master};
         for (std::size_t k = 0; k < q.array_dtypes.size(); ++k)  // as the group stores them
           q.array_dtypes[k] = groups_[g].storage().dtype_of(k);
+        q.rows = p.param.rows, q.cols = p.param.cols;
+        q.tensor_state = static_cast<std::uint64_t>(Impl::tensor_state_size(
+            groups_[g].algorithm(), p.param.rows, p.param.cols, global_numel(p.param)));
         index.params.push_back(q);
         if (at.engine == kNone) continue;
         const Tensor piece = shards_->local_param(at.ordinal);
@@ -117,8 +124,13 @@ void HybridOptimizer::save(const std::string& path) {
         // Streamed from the engine a span at a time (an array it does not keep yet, e.g.
         // the amsgrad max switched on since the last step, reads as the zeros it would
         // start from; one switched off since keeps its values, and they are saved).
+        std::vector<float> tensor_state;  // a param with it is whole here (ShardPlan)
+        if (q.tensor_state != 0) tensor_state = engines_[at.engine]->tensor_state(p.name);
+        KOPT_THROW_IF(tensor_state.size() != q.tensor_state,
+                      what << ": parameter '" << p.name << "' holds " << tensor_state.size()
+                           << " floats of per-param state, " << q.tensor_state << " expected");
         writer.append(*engines_[at.engine], p.name, piece.numel,
-                      Impl::block_arrays(arrays, has_master), q.array_dtypes, block);
+                      Impl::block_arrays(arrays, has_master), q.array_dtypes, block, tensor_state);
         blocks.push_back(block);
       }
     writer.commit();
@@ -223,6 +235,18 @@ void HybridOptimizer::load(const std::string& path, const LoadOptions& options) 
         KOPT_THROW_IF_AS(CheckpointError, config_found[g] && !(configs[g] == saved),
                          index_file << ": group " << g << " holds params saved with different "
                                     << "configs ('" << p.name << "' and an earlier one)");
+        // Per-param state (Adafactor's) fits the param's shape only: a matrix saved with
+        // another shape, or as a vector, does not load into it.
+        const auto want = static_cast<std::uint64_t>(
+            Impl::tensor_state_size(saved, p.param.rows, p.param.cols, global_numel(p.param)));
+        const bool reshaped = Impl::needs_whole_tensors(saved) && q.rows != -1 &&
+                              (q.rows != p.param.rows || q.cols != p.param.cols);
+        KOPT_THROW_IF_AS(CheckpointError, reshaped || q.tensor_state != want,
+                         index_file << ": param '" << p.name << "' was saved as " << q.rows << " x "
+                                    << q.cols << " (-1: no shape) with " << q.tensor_state
+                                    << " floats of per-param state; it is " << p.param.rows << " x "
+                                    << p.param.cols << ", which " << algorithm_name(saved)
+                                    << " keeps " << want << " for");
         configs[g] = saved;
         config_found[g] = true;
         arrays[g] |= q.arrays;

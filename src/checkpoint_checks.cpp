@@ -59,6 +59,23 @@ void check_params(const Index& index, const std::string& file) {
                      who << ": arrays = " << int{p.arrays} << " in group " << p.group << " of "
                          << algorithm_name(group) << ", whose config uses arrays " << used
                          << " of its " << all);
+    // A shape of rows x cols = global_numel (without the product: it may overflow), or none.
+    const bool shaped = p.rows >= 0 && p.cols >= 0 &&
+                        (p.rows == 0 || p.cols == 0
+                             ? p.global_numel == 0
+                             : p.global_numel % p.rows == 0 && p.global_numel / p.rows == p.cols);
+    KOPT_THROW_IF_AS(
+        CheckpointError, !shaped && !(p.rows == -1 && p.cols == -1),
+        who << ": shape " << p.rows << " x " << p.cols << " for " << p.global_numel << " elements");
+    // Per-param state: of an algorithm that keeps each param whole, at most rows + cols or
+    // numel floats (Adafactor's; the engine checks the exact count before a load).
+    const auto most = static_cast<std::uint64_t>(shaped ? p.rows + p.cols : p.global_numel);
+    KOPT_THROW_IF_AS(CheckpointError,
+                     p.tensor_state != 0 && (!needs_whole_tensors(group) || p.tensor_state > most ||
+                                             p.tensor_state > (std::uint64_t{1} << 60)),
+                     who << ": " << p.tensor_state << " floats of per-param state in group "
+                         << p.group << " of " << algorithm_name(group) << " (at most " << most
+                         << ", for an algorithm that keeps params whole)");
   }
 }
 
@@ -81,13 +98,15 @@ void check_block_fields(const Index& index, const std::string& file) {
         who << " of '" << p.name << "': rank " << b.rank << " in a world of " << index.world_size);
     const std::uint64_t per_element = p.bytes_per_element();
     const auto length = static_cast<std::uint64_t>(b.length);
-    KOPT_THROW_IF_AS(
-        CheckpointError,
-        // per_element is 0 for a param with no state (an f32 param of SGD
-        // without momentum): its blocks hold no bytes.
-        (per_element > 0 && length > u64_max / per_element) || b.bytes != per_element * length,
-        who << " of '" << p.name << "': " << b.bytes << " bytes for " << b.length << " elements of "
-            << per_element << " bytes");
+    const std::uint64_t extra = 4 * p.tensor_state;  // at most 2^63 / 4 floats: no overflow
+    KOPT_THROW_IF_AS(CheckpointError,
+                     // per_element is 0 for a param with no state (an f32 param of SGD
+                     // without momentum): its blocks hold no bytes.
+                     (per_element > 0 && length > (u64_max - extra) / per_element) ||
+                         b.bytes != per_element * length + extra,
+                     who << " of '" << p.name << "': " << b.bytes << " bytes for " << b.length
+                         << " elements of " << per_element << " bytes"
+                         << (extra ? " and its per-param state" : ""));
     KOPT_THROW_IF_AS(
         CheckpointError,
         b.bytes > 0 && (b.file_offset < kDataHeaderBytes || b.file_offset > u64_max - b.bytes),
@@ -124,6 +143,10 @@ void check_coverage(Index& index, const std::string& file) {
     KOPT_THROW_IF_AS(CheckpointError, next != index.params[p].global_numel,
                      file << ": param '" << index.params[p].name << "': elements [" << next << ", "
                           << index.params[p].global_numel << ") are in no block");
+    KOPT_THROW_IF_AS(CheckpointError,
+                     index.params[p].tensor_state != 0 && at - index.first_block[p] != 1,
+                     file << ": param '" << index.params[p].name << "' has per-param state in "
+                          << at - index.first_block[p] << " blocks (one, whole)");
   }
 }
 

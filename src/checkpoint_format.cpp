@@ -220,6 +220,10 @@ std::vector<unsigned char> serialize_index(const Index& index, std::uint32_t ver
                                                << static_cast<int>(d));
       if (version >= 3) body.put(static_cast<std::uint8_t>(d));
     }
+    KOPT_THROW_IF_AS(CheckpointError, version < 4 && p.tensor_state != 0,
+                     "kopt: format version " << version << " holds no per-param state; param '"
+                                             << p.name << "' has " << p.tensor_state << " floats");
+    if (version >= 4) body.put(p.rows), body.put(p.cols), body.put(p.tensor_state);
   }
   const std::vector<unsigned char> blocks = serialize_blocks(index.blocks);
   body.out.insert(body.out.end(), blocks.begin(), blocks.end());
@@ -269,8 +273,9 @@ Index parse_index(const std::vector<unsigned char>& bytes, const std::string& fi
   r.need_records(groups, fewest_config_bytes(version), "groups");
   for (std::uint32_t g = 0; g < groups; ++g) index.groups.push_back(get_config(r, g, version));
   const auto params = r.get<std::uint32_t>();
-  // The fewest bytes of a param (a 1-character name; 3 more for its array dtypes since 3).
-  r.need_records(params, version >= 3 ? 31 : 28, "params");
+  // The fewest bytes of a param (a 1-character name; 3 more for its array dtypes since 3,
+  // 24 more for its shape and per-param state since 4).
+  r.need_records(params, version >= 4 ? 55 : version >= 3 ? 31 : 28, "params");
   for (std::uint32_t p = 0; p < params; ++p) {
     IndexParam q;
     q.name = r.get_string();
@@ -293,6 +298,11 @@ Index parse_index(const std::vector<unsigned char>& bytes, const std::string& fi
                             << " with dtype code " << int{d});
       q.array_dtypes[k] = static_cast<DType>(d);
     }
+    if (version >= 4) {
+      q.rows = r.get<std::int64_t>();
+      q.cols = r.get<std::int64_t>();
+      q.tensor_state = r.get<std::uint64_t>();
+    }
     index.params.push_back(std::move(q));
   }
   const auto blocks = r.get<std::uint64_t>();
@@ -313,7 +323,7 @@ std::string data_file_name(std::uint64_t generation, std::uint32_t rank) {
 std::vector<unsigned char> data_file_header(std::uint64_t generation, std::uint32_t rank) {
   Writer w;
   for (const char c : kDataMagic) w.put(static_cast<std::uint8_t>(c));
-  w.put(kCheckpointVersion);
+  w.put(kDataFileVersion);
   w.put(rank);
   w.put(generation);
   w.put(std::uint64_t{0});

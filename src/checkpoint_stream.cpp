@@ -61,7 +61,8 @@ StateWriter::StateWriter(const std::string& path, std::uint64_t generation, std:
 
 void StateWriter::append(Engine& engine, const std::string& name, std::int64_t numel,
                          const std::array<bool, 4>& arrays,
-                         const std::array<DType, max_state_arrays>& dtypes, IndexBlock& block) {
+                         const std::array<DType, max_state_arrays>& dtypes, IndexBlock& block,
+                         const std::vector<float>& tensor_state) {
   block.file_offset = file_.size();
   const std::int64_t per_span = span_floats;
   std::uint32_t crc = 0;
@@ -81,6 +82,13 @@ void StateWriter::append(Engine& engine, const std::string& name, std::int64_t n
       crc = crc32c(bytes_.data(), bytes, crc);
       file_.write(bytes_.data(), bytes);
     }
+  }
+  if (!tensor_state.empty()) {  // small (rows + cols floats) or a vector's: one write
+    const std::size_t bytes = 4 * tensor_state.size();
+    if (bytes_.size() < bytes) bytes_.resize(bytes);
+    encode(DType::f32, tensor_state.data(), tensor_state.size(), bytes_.data());
+    crc = crc32c(bytes_.data(), bytes, crc);
+    file_.write(bytes_.data(), bytes);
   }
   block.bytes = file_.size() - block.file_offset;
   block.crc = crc;
@@ -185,6 +193,17 @@ void StateReader::apply(std::uint32_t param, std::int64_t offset, std::int64_t n
       }
       array_start += width * static_cast<std::uint64_t>(b.length);
     }
+  }
+  // The per-param state, after the arrays of the param's one block (check_index).
+  if (p.tensor_state != 0) {
+    const IndexBlock& b = index_.blocks[index_.first_block[param]];
+    const std::uint64_t at = b.file_offset + b.bytes - 4 * p.tensor_state;
+    std::vector<float> values(static_cast<std::size_t>(p.tensor_state));
+    for (std::size_t i = 0; i < values.size(); i += static_cast<std::size_t>(kFullSpan)) {
+      const std::size_t m = std::min(values.size() - i, static_cast<std::size_t>(kFullSpan));
+      decode(DType::f32, view_(b.rank, at + 4 * i, 4 * m), m, values.data() + i);
+    }
+    engine.set_tensor_state(name, values);
   }
   engine.commit_state(name, p.step);
 }

@@ -79,8 +79,10 @@ HybridOptimizer::HybridOptimizer(std::vector<ParamGroup> groups, const HybridOpt
     // LAMB's trust ratio: the engine that updates a param must see all of it, which an
     // offloaded or sharded param's engine does not (yet).
     const bool whole = Impl::needs_param_sums(groups_[g].algorithm());
+    const bool matrices = Impl::needs_whole_matrices(groups_[g].algorithm());
+    const bool tensors = Impl::needs_whole_tensors(groups_[g].algorithm());  // no pieces (below)
     for (const ParamSpec& p : groups_[g].params())  // blocks of 16 from each piece's start
-      KOPT_THROW_IF(whole && p.param.is_shard() && p.param.global_offset % 16 != 0,
+      KOPT_THROW_IF(whole && !tensors && p.param.is_shard() && p.param.global_offset % 16 != 0,
                     "kopt::HybridOptimizer: parameter '"
                         << p.name << "' of group " << g << " ('"
                         << algorithm_name(groups_[g].algorithm()) << "') is a piece at offset "
@@ -93,20 +95,24 @@ HybridOptimizer::HybridOptimizer(std::vector<ParamGroup> groups, const HybridOpt
             << "', whose update needs the norm of each whole param before it; "
             << "offloaded groups (StatePlacement::host) do not run it (parameter '"
             << groups_[g].params().front().name << "'): keep its state with_params");
-    // Muon: each param is orthogonalized as a whole matrix, on the engine that holds it.
-    const bool matrices = Impl::needs_whole_matrices(groups_[g].algorithm());
-    if (matrices && !groups_[g].params().empty()) {
+    // Muon orthogonalizes each param as a whole matrix, Adafactor factors each whole
+    // param's second moment: on the engine that holds it (whole: ShardPlan gives it to one
+    // rank).
+    if (tensors && !groups_[g].params().empty()) {
       const std::string what = "kopt::HybridOptimizer: group " + std::to_string(g) + " runs '" +
                                algorithm_name(groups_[g].algorithm()) +
-                               "', which updates each param as a whole matrix; ";
+                               (matrices ? "', which updates each param as a whole matrix; "
+                                         : "', which updates each param whole; ");
       KOPT_THROW_IF(groups_[g].placement() == StatePlacement::host,
                     what << "offloaded groups (StatePlacement::host) do not run it (parameter '"
                          << groups_[g].params().front().name << "'): keep its state with_params");
       for (const ParamSpec& p : groups_[g].params())
-        KOPT_THROW_IF(!p.param.is_matrix() || p.param.is_shard(),
+        KOPT_THROW_IF((matrices && !p.param.is_matrix()) || p.param.is_shard(),
                       what << "parameter '" << p.name << "' is " << describe(p.param)
-                           << ": give it its 2-D shape (kopt::Tensor::matrix), or put it in a "
-                           << "group of an elementwise algorithm (AdamW)");
+                           << (matrices ? ": give it its 2-D shape (kopt::Tensor::matrix), or "
+                                          "put it in a group of an elementwise algorithm (AdamW)"
+                                        : ": give the whole tensor (sharding options cut it "
+                                          "where needed)"));
     }
     for (const ParamSpec& p : groups_[g].params()) {
       KOPT_THROW_IF(p.param.is_shard() && !options_.sharding,
@@ -142,7 +148,7 @@ HybridOptimizer::HybridOptimizer(std::vector<ParamGroup> groups, const HybridOpt
       // params to move): groups of other forms are never chosen, nor LAMB groups (above).
       // Arrays of any dtype are.
       if (!item.offloaded && item.storage.master == MasterStorage::f32 &&
-          item.space != host_space && !whole && !matrices) {
+          item.space != host_space && !whole && !tensors) {
         candidates.push_back(pending.size());
         candidate_bytes.push_back(device_state_bytes(shards_->local_param(pending.size()),
                                                      groups_[g].algorithm(), item.storage));

@@ -8,20 +8,21 @@
 namespace kopt::Impl {
 
 namespace {
-// A group whose algorithm transforms whole matrices (Muon) keeps each param whole on one
-// rank, balanced by its Newton-Schulz cost (numel times the smaller side, per product);
-// every other group is cut into equal shards.
+// A group whose algorithm needs whole params (Muon, Adafactor) keeps each param whole on
+// one rank, balanced by its cost (Muon's Newton-Schulz: numel times the smaller side, per
+// product; Adafactor's: numel); every other group is cut into equal shards.
 ShardLayout layout_of(const ParamGroup& group, int world) {
   std::vector<std::int64_t> numels;
   std::vector<double> costs;
   for (const ParamSpec& p : group.params()) {
     if (p.param.is_shard()) continue;
     numels.push_back(p.param.numel);
-    const double side =
-        p.param.is_matrix() ? static_cast<double>(std::min(p.param.rows, p.param.cols)) : 1.0;
+    const double side = p.param.is_matrix() && needs_whole_matrices(group.algorithm())
+                            ? static_cast<double>(std::min(p.param.rows, p.param.cols))
+                            : 1.0;
     costs.push_back(static_cast<double>(p.param.numel) * (side + 1.0));
   }
-  if (needs_whole_matrices(group.algorithm()))
+  if (needs_whole_tensors(group.algorithm()))
     return ShardLayout::whole_params(numels, costs, world);
   return ShardLayout(numels, world);
 }
@@ -59,7 +60,7 @@ ShardPlan::ShardPlan(const std::vector<ParamGroup>& groups, const ShardingOption
                 "kopt::ShardingOptions: communicator says rank " << rank_ << " of " << world_);
   for (std::size_t g = 0; g < groups.size(); ++g) {
     groups_.push_back(Group{
-        layout_of(groups[g], world_), {}, {}, {}, needs_whole_matrices(groups[g].algorithm())});
+        layout_of(groups[g], world_), {}, {}, {}, needs_whole_tensors(groups[g].algorithm())});
     Group& group = groups_.back();
     for (const ParamSpec& p : groups[g].params()) {
       Param item{g, p.param, p.grad, p.param.is_shard(), p.param.is_shard(), {}, nullptr};

@@ -56,10 +56,13 @@ struct AlgorithmWorld {
     opt = std::make_unique<kopt::HybridOptimizer>(std::move(groups), options);
   }
   static std::string name(std::size_t j) { return "p" + std::to_string(j); }
-  // Param j as a matrix where its group updates whole matrices (Muon): its most nearly
-  // square shape, wide for even j, tall for odd j.
+  // Param j as a matrix where its group updates whole matrices (Muon), or keeps params
+  // whole (Adafactor: but every third, a vector): its most nearly square shape, wide for
+  // even j, tall for odd j.
   kopt::Tensor shaped(std::size_t j, const kopt::Tensor& t) const {
-    if (!kopt::Impl::needs_whole_matrices(configs.at(defs[j].group))) return t;
+    if (!kopt::Impl::needs_whole_matrices(configs.at(defs[j].group)) &&
+        !(kopt::Impl::needs_whole_tensors(configs.at(defs[j].group)) && j % 3 != 2))
+      return t;
     const auto n = static_cast<std::int64_t>(defs[j].n);
     std::int64_t d = 1;
     for (std::int64_t k = 1; k * k <= n; ++k)
@@ -109,12 +112,13 @@ struct AlgorithmWorld {
 
 // One param's state as a checkpoint holds it: its step count, which arrays it keeps, and
 // each array (the algorithm's, then the fp32 master) as float bits over the whole param,
-// whatever blocks, ranks and order the save used.
+// whatever blocks, ranks and order the save used; then its per-param state (Adafactor's).
 struct SavedParam {
   std::int64_t step = 0;
   unsigned arrays = 0;
   bool has_master = false;
   std::vector<std::vector<std::uint32_t>> values;
+  std::vector<std::uint32_t> tensor_state;
   bool operator==(const SavedParam&) const = default;
 };
 
@@ -141,8 +145,13 @@ inline std::map<std::string, SavedParam> saved_params(const std::string& dir) {
       const auto bytes = I::read_file_range(
           dir + "/" + I::data_file_name(index.generation, blk.rank), blk.file_offset, blk.bytes);
       const auto len = static_cast<std::size_t>(blk.length);
-      EXPECT_EQ(bytes.size(), q.bytes_per_element() * len) << q.name;
-      if (bytes.size() != q.bytes_per_element() * len) continue;
+      const std::size_t elementwise = q.bytes_per_element() * len;
+      EXPECT_EQ(bytes.size(), elementwise + 4 * q.tensor_state) << q.name;
+      if (bytes.size() != elementwise + 4 * q.tensor_state) continue;
+      for (std::size_t at = elementwise; at < bytes.size(); at += 4)
+        s.tensor_state.push_back(std::uint32_t{bytes[at]} | std::uint32_t{bytes[at + 1]} << 8 |
+                                 std::uint32_t{bytes[at + 2]} << 16 |
+                                 std::uint32_t{bytes[at + 3]} << 24);
       std::size_t at = 0;  // each value as the bits of the float it widens to
       for (std::size_t k = 0; k < dtypes.size(); ++k) {
         const std::size_t width = I::stored_width(dtypes[k]);

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <kopt/adafactor_config.hpp>
 #include <kopt/adagrad_config.hpp>
 #include <kopt/lamb_config.hpp>
 #include <kopt/lion_config.hpp>
@@ -261,6 +262,77 @@ struct ReferenceMuon {
     const double rate = c.lr * c.lr_scale(static_cast<double>(rows), static_cast<double>(cols));
     for (std::size_t i = 0; i < param.size(); ++i)
       param[i] = param[i] * (1.0 - c.lr * c.weight_decay) - rate * o[i];
+  }
+};
+
+// Adafactor as torch.optim.Adafactor (kopt/adafactor_config.hpp), all of it in double: the
+// factored statistics of a matrix (rows >= 0) or the variance of a vector (rows < 0), the
+// relative step, the RMS clipping, decoupled decay.
+struct ReferenceAdafactor {
+  kopt::AdafactorConfig config;
+  std::int64_t rows, cols;
+  std::vector<double> param, row_var, col_var, variance;
+  std::int64_t step = 0;
+
+  ReferenceAdafactor(const kopt::AdafactorConfig& c, std::vector<double> p, std::int64_t r,
+                     std::int64_t k)
+      : config(c), rows(r), cols(k), param(std::move(p)) {
+    if (param.empty()) return;  // no state
+    if (rows >= 0)
+      row_var.assign(static_cast<std::size_t>(rows), 0.0),
+          col_var.assign(static_cast<std::size_t>(cols), 0.0);
+    else
+      variance.assign(param.size(), 0.0);
+  }
+  // The state as kopt keeps it: row_var then col_var, or variance.
+  std::vector<double> state() const {
+    std::vector<double> s = row_var;
+    s.insert(s.end(), col_var.begin(), col_var.end());
+    s.insert(s.end(), variance.begin(), variance.end());
+    return s;
+  }
+
+  void update(const std::vector<double>& grad, double grad_scale = 1.0) {
+    const kopt::AdafactorConfig& c = config;
+    ++step;
+    const auto t = static_cast<double>(step);
+    const double beta = std::pow(t, c.beta2_decay);
+    const double rho = std::min(c.lr, 1.0 / std::sqrt(t));
+    const auto n = param.size();
+    if (n == 0) return;
+    double pp = 0.0;
+    for (const double p : param) pp += p * p;
+    const double alpha = std::max(c.eps2, std::sqrt(pp / static_cast<double>(n))) * rho;
+    std::vector<double> g(n), v(n);
+    for (std::size_t i = 0; i < n; ++i) g[i] = grad[i] * grad_scale * (c.maximize ? -1.0 : 1.0);
+    if (rows >= 0) {
+      const auto R = static_cast<std::size_t>(rows), C = static_cast<std::size_t>(cols);
+      double mean = 0.0;
+      for (std::size_t i = 0; i < R; ++i) {
+        double s = 0.0;
+        for (std::size_t j = 0; j < C; ++j) s += g[i * C + j] * g[i * C + j];
+        row_var[i] += beta * (s / static_cast<double>(C) - row_var[i]);
+        mean += row_var[i] / static_cast<double>(R);
+      }
+      for (std::size_t j = 0; j < C; ++j) {
+        double s = 0.0;
+        for (std::size_t i = 0; i < R; ++i) s += g[i * C + j] * g[i * C + j];
+        col_var[j] += beta * (s / static_cast<double>(R) - col_var[j]);
+      }
+      mean = std::max(mean, c.eps1);
+      for (std::size_t i = 0; i < R; ++i)
+        for (std::size_t j = 0; j < C; ++j) v[i * C + j] = row_var[i] * col_var[j] / mean;
+    } else {
+      for (std::size_t i = 0; i < n; ++i) v[i] = variance[i] += beta * (g[i] * g[i] - variance[i]);
+    }
+    double uu = 0.0;
+    for (std::size_t i = 0; i < n; ++i) {
+      g[i] /= std::sqrt(std::max(v[i], c.eps1 * c.eps1));
+      uu += g[i] * g[i];
+    }
+    const double clip = std::max(1.0, std::sqrt(uu / static_cast<double>(n)) / c.d);
+    for (std::size_t i = 0; i < n; ++i)
+      param[i] = param[i] * (1.0 - c.lr * c.weight_decay) - alpha / clip * g[i];
   }
 };
 

@@ -1,6 +1,7 @@
-// Invalid SGD, Lion, Adagrad and LAMB configs (and LAMB where it does not run yet): every invalid
-// field is refused with its name and value, by validate(), by ParamGroup's constructor, by the
-// fused engine, and by step() after a schedule changed it, which then changes nothing.
+// Invalid SGD, Lion, Adagrad, LAMB, Muon and Adafactor configs (and LAMB where it does not run
+// yet): every invalid field is refused with its name and value, by validate(), by ParamGroup's
+// constructor, by the fused engine, and by step() after a schedule changed it, which then changes
+// nothing.
 #include <functional>
 #include <kopt/impl/fused_optimizer_def.hpp>
 
@@ -94,11 +95,27 @@ std::vector<BadCase<kopt::MuonConfig>> bad_muon() {
   };
 }
 
+std::vector<BadCase<kopt::AdafactorConfig>> bad_adafactor() {
+  using C = kopt::AdafactorConfig;
+  return {
+      {[](C& c) { c.lr = -1; }, "AdafactorConfig.lr = -1"},
+      {[](C& c) { c.beta2_decay = 0.1; }, "AdafactorConfig.beta2_decay = 0.1"},  // torch: <= 0
+      {[](C& c) { c.beta2_decay = -INFINITY; }, "AdafactorConfig.beta2_decay = -inf"},
+      {[](C& c) { c.eps1 = -1e-30; }, "AdafactorConfig.eps1 = -1e-30"},
+      {[](C& c) { c.eps2 = NAN; }, "AdafactorConfig.eps2 = nan"},
+      {[](C& c) { c.d = 0.5; }, "AdafactorConfig.d = 0.5"},  // torch: >= 1
+      {[](C& c) { c.weight_decay = -0.1; }, "AdafactorConfig.weight_decay = -0.1"},
+  };
+}
+
 // Valid configs with every switch on that the spoilers do not need off.
 kopt::SgdConfig good(kopt::SgdConfig) { return {.lr = 0.05, .momentum = 0.0}; }
 kopt::LionConfig good(kopt::LionConfig) { return {.lr = 1e-3, .weight_decay = 0.1}; }
 kopt::LambConfig good(kopt::LambConfig) { return {.lr = 1e-3, .clamp_trust = true}; }
 kopt::MuonConfig good(kopt::MuonConfig) { return {.lr = 1e-2, .match_rms_adamw = true}; }
+kopt::AdafactorConfig good(kopt::AdafactorConfig) {
+  return {.lr = 1e-2, .d = 2.0, .weight_decay = 0.01, .maximize = true};
+}
 kopt::AdagradConfig good(kopt::AdagradConfig) {
   return {.lr = 0.05, .lr_decay = 0.01, .initial_accumulator_value = 0.1};
 }
@@ -134,6 +151,7 @@ TEST(AlgorithmsBadConfig, EveryInvalidFieldIsNamedByValidateParamGroupAndEngine)
   expect_refused_everywhere(bad_adagrad());
   expect_refused_everywhere(bad_lamb());
   expect_refused_everywhere(bad_muon());
+  expect_refused_everywhere(bad_adafactor());
 }
 
 // Muon updates whole matrices: a param without a 2-D shape (or a shard's piece) is refused
@@ -188,6 +206,46 @@ TEST(AlgorithmsBadConfig, MuonParamsWithoutShapeOrOffloadedAreRefusedNamingThem)
     expect_error<kopt::ShapeMismatch>(
         [&] { fine.rebind("layer.weight", kopt::Tensor::from(w2.data(), 12).matrix(4, 3), grad); },
         needle);
+}
+
+// Adafactor takes params with a shape (factored) and without (a vector's variance), whole:
+// a piece of a larger tensor and an offloaded group are refused naming the param, and
+// nothing is added.
+TEST(AlgorithmsBadConfig, AdafactorPiecesOrOffloadedAreRefusedNamingThem) {
+  std::vector<float> w(12, 0.5f), g(12, 0.1f);
+  const auto weight = kopt::Tensor::from(w.data(), 12);
+  const auto grad = kopt::Tensor::from(g.data(), 12);
+  using Engine =
+      kopt::FusedOptimizer<Kokkos::DefaultHostExecutionSpace, kopt::Impl::AdafactorPolicy>;
+  Engine engine(Kokkos::DefaultHostExecutionSpace(), kopt::AdafactorConfig{});
+  for (const char* needle : {"'piece'", "whole param"})
+    expect_error<kopt::InvalidArgument>([&] { engine.add("piece", weight.shard_of(24, 12), grad); },
+                                        needle);
+  EXPECT_EQ(engine.size(), 0u);
+  const auto groups = [&](kopt::StatePlacement placement, const kopt::Tensor& p) {
+    kopt::ParamGroup adafactor(kopt::AdafactorConfig{}, placement);
+    adafactor.add("layer.weight", p, grad);
+    return std::vector<kopt::ParamGroup>{adafactor};
+  };
+  for (const char* needle : {"group 0 runs 'adafactor'", "offloaded groups", "'layer.weight'"})
+    expect_error<kopt::InvalidArgument>(
+        [&] { kopt::HybridOptimizer opt(groups(kopt::StatePlacement::host, weight.matrix(3, 4))); },
+        needle);
+  kopt::HybridOptions sharded;
+  sharded.sharding = kopt::ShardingOptions{std::make_shared<kopt::SingleProcessCommunicator>()};
+  for (const char* needle : {"group 0 runs 'adafactor'", "'layer.weight'", "whole tensor"})
+    expect_error<kopt::InvalidArgument>(
+        [&] {
+          kopt::HybridOptimizer opt(
+              groups(kopt::StatePlacement::with_params, weight.shard_of(24, 12)), sharded);
+        },
+        needle);
+  for (const kopt::Tensor& p : {weight, weight.matrix(3, 4)}) {
+    std::fill(w.begin(), w.end(), 0.5f);
+    kopt::HybridOptimizer fine(groups(kopt::StatePlacement::with_params, p), sharded);
+    fine.step();
+    EXPECT_NE(w[0], 0.5f) << "the Adafactor group did not step";
+  }
 }
 
 // kopt::Tensor's 2-D shape: rows * cols must be its numel (a shard's: the global one); a

@@ -177,13 +177,77 @@ TEST(AlgorithmsHybrid, MuonBesideAdamWSaveAndLoadResumeBitwise) {
   for (const auto& [name, s] : saved_params(*a.opt)) EXPECT_EQ(s.step, 20) << name;
 }
 
+// Adafactor beside AdamW, clipping on, its params matrices and vectors of every dtype: a
+// checkpoint (its factored statistics per param, not per element) resumes bitwise, weights
+// written before the load or after it, and twice in a row.
+TEST(AlgorithmsHybrid, AdafactorBesideAdamWSaveAndLoadResumeBitwise) {
+  const std::vector<kopt::AlgorithmConfig> configs = {
+      kopt::AdafactorConfig{.lr = 2e-2, .weight_decay = 0.01}, kopt::AdamConfig{.lr = 1e-3}};
+  TempDir dir;
+  AlgorithmWorld a(configs, defs(), clipped(), 8);
+  a.train(0, 5);
+  scale_lr(a.opt->group(0), 0.5);
+  a.train(5, 5);
+  a.opt->save(dir.str("ckpt"));
+  const auto weights = a.all_params();
+  a.train(10, 10);
+  for (const bool weights_first : {true, false}) {
+    SCOPED_TRACE(weights_first ? "weights, then load" : "load, then weights");
+    AlgorithmWorld b(configs, defs(), clipped(), 8);
+    b.train(0, 1);  // a state of its own first: the load replaces it
+    for (int twice = 0; twice < 2; ++twice) b.load(dir.str("ckpt"), weights, weights_first);
+    b.train(10, 10);
+    expect_same_params(a, b);
+    expect_same_state(a, b);
+  }
+  std::size_t factored = 0;
+  for (const auto& [name, s] : saved_params(*a.opt)) {
+    EXPECT_EQ(s.step, 20) << name;
+    const std::size_t j = std::stoul(name.substr(1));
+    if (a.defs[j].group != 0 || a.defs[j].n == 0) continue;
+    // Per param: rows + cols floats for a matrix, numel for a vector, none per element.
+    const kopt::Tensor t = a.shaped(j, a.params[j].tensor());
+    EXPECT_EQ(s.arrays, 0u) << name;
+    EXPECT_EQ(s.tensor_state.size(), t.is_matrix() ? std::size_t(t.rows + t.cols) : a.defs[j].n)
+        << name;
+    EXPECT_NE(s.tensor_state, std::vector<std::uint32_t>(s.tensor_state.size(), 0u)) << name;
+    factored += t.is_matrix() && t.rows > 1 && t.cols > 1;
+  }
+  EXPECT_GT(factored, 0u);
+}
+
+// Adafactor's per-param state fits its param's shape only: a checkpoint of a matrix does not
+// load into the param transposed, or without its shape; refused naming both shapes, nothing
+// changed.
+TEST(AlgorithmsHybrid, AdafactorStateOfAnotherShapeIsRefused) {
+  std::vector<float> w(20 * 50, 0.5f), g(20 * 50, 0.25f);
+  const auto run = [&](const kopt::Tensor& param) {
+    kopt::ParamGroup group(kopt::AdafactorConfig{});
+    group.add("w", param, kopt::Tensor::from(g.data(), g.size()));
+    return kopt::HybridOptimizer({group});
+  };
+  const kopt::Tensor flat = kopt::Tensor::from(w.data(), w.size());
+  TempDir dir;
+  kopt::HybridOptimizer a = run(flat.matrix(20, 50));
+  a.step();
+  a.save(dir.str("ckpt"));
+  for (const kopt::Tensor& other : {flat.matrix(50, 20), flat}) {
+    kopt::HybridOptimizer b = run(other);
+    b.step();
+    const auto before = saved_params(b);
+    expect_error<kopt::CheckpointError>([&] { b.load(dir.str("ckpt")); }, "saved as 20 x 50");
+    EXPECT_TRUE(saved_params(b) == before);
+  }
+}
+
 // A checkpoint of one algorithm's group loaded into a group of another: refused naming
 // both, and the optimizer is as before (params, state, step counts, config).
 TEST(AlgorithmsHybrid, AnotherAlgorithmsCheckpointIsRefusedNamingBoth) {
   const std::vector<kopt::AlgorithmConfig> all = {
-      kopt::AdamConfig{}, kopt::SgdConfig{.lr = 0.1, .momentum = 0.9},
-      kopt::LionConfig{}, kopt::AdagradConfig{},
-      kopt::LambConfig{}, kopt::MuonConfig{}};
+      kopt::AdamConfig{},     kopt::SgdConfig{.lr = 0.1, .momentum = 0.9},
+      kopt::LionConfig{},     kopt::AdagradConfig{},
+      kopt::LambConfig{},     kopt::MuonConfig{},
+      kopt::AdafactorConfig{}};
   const std::vector<ParamDef> two = {ParamDef{0, DType::f32, DType::f32, false, 13},
                                      ParamDef{0, DType::bf16, DType::f32, false, 29}};
   for (std::size_t i = 0; i < all.size(); ++i) {

@@ -224,8 +224,26 @@ std::vector<Lie> lies() {
        "share bytes"},
       {"another generation", [](Crafted& c) { c.index.generation ^= 1; }, "cannot open"},
       // Every other field, one by one.
-      {"format version 4", [](Crafted& c) { c.patch = [](Bytes& b) { b[8] = 4; }; },
-       "format version 4"},
+      {"format version 5", [](Crafted& c) { c.patch = [](Bytes& b) { b[8] = 5; }; },
+       "format version 5"},
+      {"a shape of another numel",
+       [](Crafted& c) {
+         c.index.params[c.param("p4")].rows = 3;
+         c.index.params[c.param("p4")].cols = 5;
+       },
+       "'p4': shape 3 x 5 for 13 elements"},
+      {"half a shape", [](Crafted& c) { c.index.params[c.param("p4")].rows = 13; },
+       "'p4': shape 13 x -1"},
+      {"per-param state of an elementwise algorithm",
+       [](Crafted& c) {
+         c.index.params[c.param("p4")].tensor_state = 2;
+         const IndexBlock b = c.block("p4");
+         c.drop_blocks("p4");
+         Bytes bytes = c.slice(b, 0, 13, 2);
+         bytes.resize(bytes.size() + 2 * 4, 0);
+         c.append("p4", 0, 13, bytes);
+       },
+       "'p4': 2 floats of per-param state in group 0 of adam"},
       {"array dtype code 7",
        [](Crafted& c) { c.index.params[c.param("p3")].array_dtypes[1] = kopt::DType(7); },
        "'p3' stores state array 1 with dtype code 7"},

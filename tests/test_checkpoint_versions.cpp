@@ -133,12 +133,28 @@ TEST(CheckpointVersions, AVersionTwoIndexStillLoadsAndResumesBitwise) {
                   const auto file = dir.path / kopt::Impl::kIndexName;
                   const auto index = kopt::Impl::parse_index(read_all(file), "test");
                   const Bytes v2 = kopt::Impl::serialize_index(index, 2);
-                  EXPECT_EQ(v2.size() + 3 * index.params.size(), read_all(file).size());
+                  EXPECT_EQ(v2.size() + (3 + 24) * index.params.size(), read_all(file).size());
                   const auto again = kopt::Impl::parse_index(v2, "v2");
                   EXPECT_EQ(kopt::Impl::serialize_index(again), read_all(file));
                   write_all(file, v2);
                   ++rewrites;
                 });
+  EXPECT_EQ(rewrites, 1);
+}
+
+// A version-3 index (no shapes, no per-param state) still loads and resumes bitwise.
+TEST(CheckpointVersions, AVersionThreeIndexStillLoadsAndResumesBitwise) {
+  int rewrites = 0;
+  expect_resume(kopt::AdamConfig{.amsgrad = true}, kopt::LionConfig{}, [&](const TempDir& dir) {
+    const auto file = dir.path / kopt::Impl::kIndexName;
+    const auto index = kopt::Impl::parse_index(read_all(file), "test");
+    const Bytes v3 = kopt::Impl::serialize_index(index, 3);
+    EXPECT_EQ(v3.size() + 24 * index.params.size(), read_all(file).size());
+    const auto again = kopt::Impl::parse_index(v3, "v3");
+    EXPECT_EQ(kopt::Impl::serialize_index(again), read_all(file));
+    write_all(file, v3);
+    ++rewrites;
+  });
   EXPECT_EQ(rewrites, 1);
 }
 

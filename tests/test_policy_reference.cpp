@@ -1,7 +1,7 @@
-// SGD, Lion, Adagrad and LAMB through the HybridOptimizer (local and offloaded groups) against
-// double-precision references written from the equations in their config headers: every
-// option, fp32 and bf16 params (a bf16 param's fp32 master is compared), odd sizes, with
-// clipping on so the grad scale reaches the update. A wrong sign, a factor applied twice, a
+// SGD, Lion, Adagrad, LAMB and Adafactor (on vectors) through the HybridOptimizer (local and
+// offloaded groups) against double-precision references written from the equations in their config
+// headers: every option, fp32 and bf16 params (a bf16 param's fp32 master is compared), odd sizes,
+// with clipping on so the grad scale reaches the update. A wrong sign, a factor applied twice, a
 // first step that starts a buffer wrongly or a decay of the wrong kind moves a param by far
 // more than the bound.
 #include <gtest/gtest.h>
@@ -80,6 +80,28 @@ void reference_step(const kopt::LambConfig& c, Ref& r, const std::vector<double>
   if (c.trust_ratio && (c.weight_decay != 0 || c.always_adapt) && c.clamp_trust)
     ratio = std::min(std::max(ratio, c.min_trust), c.max_trust);
   for (std::size_t i = 0; i < r.p.size(); ++i) r.p[i] -= c.lr * ratio * u[i];
+}
+
+// Adafactor on these vectors (no shape): its unfactored form, the whole variance in r.s
+// (tests/test_adafactor.cpp checks the factored one, and its own reference, on matrices).
+void reference_step(const kopt::AdafactorConfig& c, Ref& r, const std::vector<double>& grad) {
+  ++r.t;
+  const double beta = std::pow(double(r.t), c.beta2_decay);
+  const double rho = std::min(c.lr, 1.0 / std::sqrt(double(r.t)));
+  const double n = double(r.p.size());
+  double pp = 0, uu = 0;
+  for (const double p : r.p) pp += p * p;
+  std::vector<double> u(r.p.size());
+  for (std::size_t i = 0; i < r.p.size(); ++i) {
+    const double g = c.maximize ? -grad[i] : grad[i];
+    r.s[i] += beta * (g * g - r.s[i]);
+    u[i] = g / std::sqrt(std::max(r.s[i], c.eps1 * c.eps1));
+    uu += u[i] * u[i];
+  }
+  const double alpha = std::max(c.eps2, std::sqrt(pp / n)) * rho;
+  const double clip = std::max(1.0, std::sqrt(uu / n) / c.d);
+  for (std::size_t i = 0; i < r.p.size(); ++i)
+    r.p[i] = r.p[i] * (1 - c.lr * c.weight_decay) - alpha / clip * u[i];
 }
 
 void reference_step(const kopt::AdamConfig&, Ref&, const std::vector<double>&) {}
@@ -175,6 +197,15 @@ TEST(PolicyReference, AdagradEveryOption) {
           kopt::AdagradConfig{.lr = 0.05, .lr_decay = 0.1, .weight_decay = 0.01},
           kopt::AdagradConfig{.initial_accumulator_value = 0.5, .eps = 1e-6, .maximize = true}})
       check(c, offloaded, 30, kBound);
+}
+
+TEST(PolicyReference, AdafactorEveryOptionOnVectors) {
+  // Local groups only: offloaded ones are refused (test_algorithms_bad_config).
+  for (const kopt::AdafactorConfig& c :
+       {kopt::AdafactorConfig{},
+        kopt::AdafactorConfig{.lr = 0.05, .beta2_decay = -0.5, .eps2 = 0.1, .weight_decay = 0.1},
+        kopt::AdafactorConfig{.eps1 = 1e-3, .d = 1.2, .maximize = true}})
+    check(c, false, 30, kBound);
 }
 
 TEST(PolicyReference, LambEveryOption) {

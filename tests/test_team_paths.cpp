@@ -57,9 +57,9 @@ void expect_same_on_both_paths(const std::vector<kopt::AlgorithmConfig>& configs
 }
 
 // Every algorithm and variant (AdamW, Adam with amsgrad, SGD with Nesterov momentum and
-// without, Lion, Adagrad, LAMB with its trust ratio and without, Muon), each over params of every
-// dtype pair; sizes of one element, odd ones, more than one chunk (8,199 > 8,192), and an empty
-// one. Group 1 also offloaded (the host engine's launches).
+// without, Lion, Adagrad, LAMB with its trust ratio and without, Muon, Adafactor), each over params
+// of every dtype pair; sizes of one element, odd ones, more than one chunk (8,199 > 8,192), and an
+// empty one. Group 1 also offloaded (the host engine's launches).
 std::vector<kopt::AlgorithmConfig> every_algorithm() {
   return {kopt::AdamConfig{.lr = 1e-2, .weight_decay = 0.01},
           kopt::AdamConfig{.lr = 1e-2, .weight_decay = 0.1, .decoupled = false, .amsgrad = true},
@@ -70,7 +70,9 @@ std::vector<kopt::AlgorithmConfig> every_algorithm() {
           kopt::LambConfig{.lr = 1e-2},  // per-param sums: their team pass and join too
           kopt::LambConfig{.lr = 1e-2, .weight_decay = 0.0, .clamp_trust = true},
           kopt::MuonConfig{.lr = 1e-2},  // its two passes around the Newton-Schulz iteration
-          kopt::MuonConfig{.lr = 1e-2, .nesterov = false, .match_rms_adamw = true}};
+          kopt::MuonConfig{.lr = 1e-2, .nesterov = false, .match_rms_adamw = true},
+          kopt::AdafactorConfig{.lr = 2e-2},  // its sums, and two passes around its statistics
+          kopt::AdafactorConfig{.weight_decay = 0.1, .maximize = true}};
 }
 
 std::vector<ParamDef> every_dtype_pair(std::size_t groups) {
@@ -100,7 +102,7 @@ TEST(TeamPaths, EveryAlgorithmAndDtypePairStepsBitwiseLikeTheHostPath) {
 // arrays, no masters (to nearest with f16 arrays: the staged form; stochastically with bf16
 // arrays), remainders beside per-array dtypes (bf16 exp_avg, fp32 exp_avg_sq); LAMB with
 // remainders and bf16 arrays, and without masters and f16 arrays (its sums read each form);
-// Muon with remainders, and rounding stochastically into its params.
+// Muon and Adafactor with remainders, and rounding stochastically into their params.
 TEST(TeamPaths, EveryStorageFormStepsBitwiseLikeTheHostPath) {
   const std::vector<kopt::AlgorithmConfig> configs = {kopt::AdamConfig{.lr = 1e-2},
                                                       kopt::AdamConfig{.lr = 1e-2, .amsgrad = true},
@@ -110,7 +112,9 @@ TEST(TeamPaths, EveryStorageFormStepsBitwiseLikeTheHostPath) {
                                                       kopt::LambConfig{.lr = 1e-2},
                                                       kopt::LambConfig{.lr = 1e-2},
                                                       kopt::MuonConfig{.lr = 1e-2},
-                                                      kopt::MuonConfig{.lr = 1e-2}};
+                                                      kopt::MuonConfig{.lr = 1e-2},
+                                                      kopt::AdafactorConfig{},
+                                                      kopt::AdafactorConfig{}};
   kopt::StateStorage mixed{.master = MasterStorage::remainder, .arrays = DType::bf16};
   mixed.array_dtypes[1] = DType::f32;
   const std::vector<kopt::StateStorage> storage = {
@@ -128,7 +132,9 @@ TEST(TeamPaths, EveryStorageFormStepsBitwiseLikeTheHostPath) {
       {.master = MasterStorage::none,
        .arrays = DType::bf16,
        .rounding = kopt::Rounding::stochastic,
-       .seed = 5}};
+       .seed = 5},
+      {.master = MasterStorage::remainder},  // Adafactor
+      {.master = MasterStorage::none, .rounding = kopt::Rounding::stochastic, .seed = 7}};
   std::vector<ParamDef> defs;
   const std::size_t sizes[] = {8199, 17, 1};
   for (std::size_t g = 0; g < configs.size(); ++g)

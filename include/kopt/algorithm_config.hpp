@@ -8,6 +8,7 @@
 
 #include <bit>
 #include <cstddef>
+#include <kopt/adafactor_config.hpp>
 #include <kopt/adagrad_config.hpp>
 #include <kopt/adam_config.hpp>
 #include <kopt/lamb_config.hpp>
@@ -22,12 +23,12 @@
 namespace kopt {
 
 /// One group's algorithm and hyperparameters: AdamConfig, SgdConfig, LionConfig,
-/// AdagradConfig, LambConfig or MuonConfig (converts implicitly from each). The position is
-/// kopt's own; a checkpoint records the name.
-using AlgorithmConfig =
-    std::variant<AdamConfig, SgdConfig, LionConfig, AdagradConfig, LambConfig, MuonConfig>;
+/// AdagradConfig, LambConfig, MuonConfig or AdafactorConfig (converts implicitly from each). The
+/// position is kopt's own; a checkpoint records the name.
+using AlgorithmConfig = std::variant<AdamConfig, SgdConfig, LionConfig, AdagradConfig, LambConfig,
+                                     MuonConfig, AdafactorConfig>;
 
-/// The algorithm's name ("adam", "sgd", "lion", "adagrad", "lamb", "muon").
+/// The algorithm's name ("adam", "sgd", "lion", "adagrad", "lamb", "muon", "adafactor").
 const char* algorithm_name(const AlgorithmConfig& config);
 
 /// Throws kopt::InvalidArgument naming the field and its value when the config is invalid.
@@ -83,12 +84,38 @@ inline bool needs_param_sums(const AlgorithmConfig& config) {
 }
 
 /// Whether a group with `config` updates each param as a whole matrix (Muon; the config
-/// says `whole_matrices`): its params need a 2-D shape, and offloaded and sharded optimizers
-/// do not run such groups yet.
+/// says `whole_matrices`): its params need a 2-D shape.
 inline bool needs_whole_matrices(const AlgorithmConfig& config) {
   return std::visit(
       [](const auto& c) {
         return requires { std::decay_t<decltype(c)>::whole_matrices; };
+      },
+      config);
+}
+
+/// Whether a group with `config` needs each param whole on one engine (Muon; Adafactor,
+/// whose config says `whole_tensors`): a sharded optimizer gives each param to one rank,
+/// offloaded groups do not run it, and a param must not be a piece of a larger tensor.
+inline bool needs_whole_tensors(const AlgorithmConfig& config) {
+  return needs_whole_matrices(config) || std::visit(
+                                             [](const auto& c) {
+                                               return requires {
+                                                 std::decay_t<decltype(c)>::whole_tensors;
+                                               };
+                                             },
+                                             config);
+}
+
+/// Floats of per-param state (not per element: Adafactor's factored statistics) a param
+/// of a group with `config` keeps: numel elements, rows x cols (rows < 0: no shape).
+inline std::int64_t tensor_state_size(const AlgorithmConfig& config, std::int64_t rows,
+                                      std::int64_t cols, std::int64_t numel) {
+  return std::visit(
+      [&](const auto& c) -> std::int64_t {
+        if constexpr (requires { c.tensor_state_size(rows, cols, numel); })
+          return c.tensor_state_size(rows, cols, numel);
+        else
+          return 0;
       },
       config);
 }

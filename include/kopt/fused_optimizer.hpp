@@ -148,6 +148,13 @@ class FusedOptimizer {
   /// kopt::max_step_count]) and flags its master to be reconciled with the param at its
   /// next update (the param's weights may be written before or after).
   void commit_state(const std::string& name, std::int64_t step);
+  /// The per-param state of `name` (not per element: Adafactor's row_var then col_var for
+  /// a matrix, variance for a vector), as host floats; empty for a policy without any.
+  /// Zeros until its first update. Blocks.
+  std::vector<float> tensor_state(const std::string& name);
+  /// Overwrites the per-param state of `name` with `values`, which must have
+  /// tensor_state()'s size (else InvalidArgument, nothing changed). Blocks.
+  void set_tensor_state(const std::string& name, const std::vector<float>& values);
   /// Keeps the policy's arrays in `arrays` (bit k: Policy::array_names[k]) for every param
   /// from the next allocation on, whether or not a group's config uses them, so that
   /// write_state() can restore an array a config has switched off (it keeps its values

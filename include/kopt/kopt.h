@@ -72,7 +72,8 @@ typedef struct {
 typedef struct kopt_groups kopt_groups;
 typedef struct kopt_optimizer kopt_optimizer;
 /* Any algorithm's config: its algorithm by name ("adam", "sgd", "lion", "adagrad", "lamb",
- * "muon") and its fields by their C++ names (kopt::SgdConfig's "momentum", ...; bools as 0 or 1).
+ * "muon", "adafactor") and its fields by their C++ names (kopt::SgdConfig's "momentum", ...;
+ * bools as 0 or 1).
  */
 typedef struct kopt_config kopt_config;
 
@@ -131,7 +132,8 @@ kopt_status kopt_groups_add_param(kopt_groups* groups, size_t group, const char*
 
 /* The same for a param that is a rows x cols matrix, row-major (kopt::Tensor::matrix): the
  * algorithms that update whole matrices (Muon) need the shape, and refuse a param added
- * without one; elementwise algorithms ignore it. */
+ * without one; Adafactor factors the second moment of a param with a shape (and keeps a
+ * whole variance for one without); elementwise algorithms ignore it. */
 kopt_status kopt_groups_add_matrix_param(kopt_groups* groups, size_t group, const char* name,
                                          void* param, kopt_dtype param_dtype, void* grad,
                                          kopt_dtype grad_dtype, int64_t rows, int64_t cols,

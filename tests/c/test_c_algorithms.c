@@ -260,6 +260,35 @@ int main(void) {
     CHECK(fabs(w[i] - (w0[i] * (1 - 1e-3 * 0.1) - 1e-3 * s * g[i] / sqrt(gn))) <= 1e-6);
   kopt_optimizer_destroy(opt);
   kopt_groups_destroy(groups);
+  /* Adafactor at step 1, torch's defaults: its statistics are g^2 themselves (1^-0.8 = 1), so
+   * the direction of a 1 x N matrix (factored) and of a vector (unfactored) is sign(g), of RMS
+   * 1 (not clipped), and the step is lr max(eps2, RMS(w)) sign(g). */
+  kopt_config* adafactor = NULL;
+  CHECK(kopt_config_create("adafactor", &adafactor) == KOPT_OK);
+  CHECK(kopt_config_get(adafactor, "eps1", &x) == KOPT_OK && x == ldexp(1.0, -23));
+  CHECK(kopt_config_set(adafactor, "d", 0.5) == KOPT_OK);
+  CHECK(kopt_groups_create(&groups) == KOPT_OK);
+  CHECK(kopt_groups_add_group_config(groups, adafactor, 0, NULL) == KOPT_ERROR_INVALID_ARGUMENT);
+  CHECK(strstr(kopt_last_error(), "AdafactorConfig.d = 0.5") != NULL);
+  CHECK(kopt_config_set(adafactor, "d", 1) == KOPT_OK);
+  CHECK(kopt_groups_add_group_config(groups, adafactor, 0, NULL) == KOPT_OK);
+  CHECK(kopt_groups_add_matrix_param(groups, 0, "m", w, KOPT_F32, g, KOPT_F32, 1, N, KOPT_HOST) ==
+        KOPT_OK);
+  CHECK(kopt_groups_add_param(groups, 0, "v", v, KOPT_F32, h, KOPT_F32, N, KOPT_HOST) == KOPT_OK);
+  CHECK(kopt_optimizer_create(groups, NULL, &opt) == KOPT_OK);
+  memcpy(w0, w, sizeof w);
+  memcpy(v0, v, sizeof v);
+  double ww = 0, vv = 0;
+  for (int i = 0; i < N; ++i) ww += (double)w0[i] * w0[i], vv += (double)v0[i] * v0[i];
+  CHECK(kopt_step(opt, NULL) == KOPT_OK);
+  for (int i = 0; i < N; ++i) {
+    const double sign = g[i] > 0 ? 1.0 : -1.0;
+    CHECK(fabs(w[i] - (w0[i] - 1e-2 * fmax(1e-3, sqrt(ww / N)) * sign)) <= 1e-6);
+    CHECK(fabs(v[i] - (v0[i] - 1e-2 * fmax(1e-3, sqrt(vv / N)) * sign)) <= 1e-6);
+  }
+  kopt_optimizer_destroy(opt);
+  kopt_groups_destroy(groups);
+  kopt_config_destroy(adafactor);
   kopt_config_destroy(muon);
   kopt_config_destroy(sgd);
   kopt_config_destroy(lion);

@@ -1,5 +1,5 @@
-// SGD with momentum, Lion, Adagrad, LAMB and Muon sharded over MPI (ZeRO-1 and ZeRO-2): params and
-// state bitwise those of one process stepping the same data, at the world size this runs
+// SGD with momentum, Lion, Adagrad, LAMB, Muon and Adafactor sharded over MPI (ZeRO-1 and ZeRO-2):
+// params and state bitwise those of one process stepping the same data, at the world size this runs
 // with (CTest: 1, 2, 3 and 4 ranks).
 #include <gtest/gtest.h>
 #include <mpi.h>
@@ -101,6 +101,24 @@ std::vector<std::vector<double>> rank_grads(const std::vector<ParamDef>& d, int 
   return out;
 }
 
+// Step s of both runs: every rank the whole grads (ZeRO-1), or this rank its share of them
+// and the one process their sum (ZeRO-2, whose grads are then f32); the global norms agree
+// bitwise.
+void step_both(AlgorithmWorld& one, AlgorithmWorld& zero, int s, bool two) {
+  if (two) {
+    const auto mine = rank_grads(zero.defs, s, false), all = rank_grads(zero.defs, s, true);
+    for (std::size_t j = 0; j < zero.defs.size(); ++j) {
+      zero.grads[j].set(mine[j]);
+      one.grads[j].set(all[j]);
+    }
+  } else {
+    one.set_grads(s);
+    zero.set_grads(s);
+  }
+  const kopt::StepStats a = one.opt->step(), b = zero.opt->step();
+  EXPECT_EQ(a.grad_norm, b.grad_norm);
+}
+
 TEST(AlgorithmsZero2, ReduceScatteredRunsMatchOneProcessBitwise) {
   kopt::HybridOptions options;
   options.max_grad_norm = 5.0;
@@ -139,33 +157,17 @@ TEST(LambZero, ShardedRunsMatchOneProcessBitwise) {
                  " ranks");
     AlgorithmWorld one(configs, defs(two ? DType::f32 : DType::i32), options, 25);
     AlgorithmWorld zero(configs, defs(), sharded(options, stage), 25);
-    for (int s = 0; s < 6; ++s) {
-      if (two) {
-        const auto mine = rank_grads(zero.defs, s, false), all = rank_grads(zero.defs, s, true);
-        for (std::size_t j = 0; j < zero.defs.size(); ++j) {
-          zero.grads[j].set(mine[j]);
-          one.grads[j].set(all[j]);
-        }
-      } else {
-        one.set_grads(s);
-        zero.set_grads(s);
-      }
-      const kopt::StepStats a = one.opt->step(), b = zero.opt->step();
-      EXPECT_EQ(a.grad_norm, b.grad_norm);
-    }
+    for (int s = 0; s < 6; ++s) step_both(one, zero, s, two);
     expect_same(one, zero);
   }
 }
 
-// Muon sharded (ZeRO-1 and ZeRO-2) beside AdamW: each Muon param is owned whole by one
-// rank (ShardLayout::whole_params: its Newton-Schulz needs the whole matrix), its momentum
-// on that rank only, the updated param all-gathered. Params and state bitwise those of one
+// Groups that keep each param whole (Muon, Adafactor) sharded (ZeRO-1 and ZeRO-2) beside
+// AdamW: each such param is owned whole by one rank (ShardLayout::whole_params), its state on
+// that rank only, the updated param all-gathered. Params and state bitwise those of one
 // process at every world size; the sharded checkpoint then loads into one process (the
-// matrices whole again) and both resume bitwise.
-TEST(MuonZero, ShardedRunsMatchOneProcessBitwiseAndTheCheckpointLoadsUnsharded) {
-  const std::vector<kopt::AlgorithmConfig> configs = {
-      kopt::MuonConfig{.lr = 2e-2}, kopt::AdamConfig{.lr = 1e-3},
-      kopt::MuonConfig{.lr = 1e-2, .nesterov = false, .match_rms_adamw = true}};
+// params whole on it) and both resume bitwise.
+void check_whole_params_sharded(const std::vector<kopt::AlgorithmConfig>& configs) {
   std::vector<ParamDef> d = kopt_test::mixed_defs(3);  // 1, 13, 1000, 8199 elements
   d.push_back(ParamDef{0, DType::bf16, DType::bf16, false, 21});
   d.push_back(ParamDef{2, DType::f32, DType::f32, false, 512});
@@ -180,21 +182,7 @@ TEST(MuonZero, ShardedRunsMatchOneProcessBitwiseAndTheCheckpointLoadsUnsharded) 
       for (ParamDef& x : one_defs) x.grad = DType::f32;
     AlgorithmWorld one(configs, one_defs, options, 27);
     AlgorithmWorld zero(configs, d, sharded(options, stage), 27);
-    const auto step_both = [&](int s) {
-      if (two) {
-        const auto mine = rank_grads(zero.defs, s, false), all = rank_grads(zero.defs, s, true);
-        for (std::size_t j = 0; j < zero.defs.size(); ++j) {
-          zero.grads[j].set(mine[j]);
-          one.grads[j].set(all[j]);
-        }
-      } else {
-        one.set_grads(s);
-        zero.set_grads(s);
-      }
-      const kopt::StepStats a = one.opt->step(), b = zero.opt->step();
-      EXPECT_EQ(a.grad_norm, b.grad_norm);
-    };
-    for (int s = 0; s < 4; ++s) step_both(s);
+    for (int s = 0; s < 4; ++s) step_both(one, zero, s, two);
     expect_same(one, zero);
     const kopt_test::SharedDir shared;
     zero.opt->save(shared.path);
@@ -202,7 +190,7 @@ TEST(MuonZero, ShardedRunsMatchOneProcessBitwiseAndTheCheckpointLoadsUnsharded) 
     for (std::size_t j = 0; j < d.size(); ++j) alone.params[j].set(zero.params[j].get());
     alone.opt->load(shared.path);
     for (int s = 4; s < 7; ++s) {
-      step_both(s);
+      step_both(one, zero, s, two);
       for (std::size_t j = 0; j < d.size(); ++j) alone.grads[j].set(one.grads[j].get());
       alone.opt->step();
     }
@@ -210,6 +198,20 @@ TEST(MuonZero, ShardedRunsMatchOneProcessBitwiseAndTheCheckpointLoadsUnsharded) 
     for (std::size_t j = 0; j < d.size(); ++j)
       EXPECT_EQ(alone.params[j].get(), one.params[j].get()) << one.name(j);
   }
+}
+
+TEST(MuonZero, ShardedRunsMatchOneProcessBitwiseAndTheCheckpointLoadsUnsharded) {
+  check_whole_params_sharded(
+      {kopt::MuonConfig{.lr = 2e-2}, kopt::AdamConfig{.lr = 1e-3},
+       kopt::MuonConfig{.lr = 1e-2, .nesterov = false, .match_rms_adamw = true}});
+}
+
+// Adafactor's factored statistics (rows + cols floats per matrix, a vector's variance) live
+// with the param's owner and travel in the checkpoint with it.
+TEST(AdafactorZero, ShardedRunsMatchOneProcessBitwiseAndTheCheckpointLoadsUnsharded) {
+  check_whole_params_sharded(
+      {kopt::AdafactorConfig{.lr = 2e-2, .weight_decay = 0.01}, kopt::AdamConfig{.lr = 1e-3},
+       kopt::AdafactorConfig{.beta2_decay = -0.5, .d = 2.0, .maximize = true}});
 }
 
 }  // namespace

@@ -19,9 +19,13 @@ namespace kopt::Impl {
 /// CRC-32C (Castagnoli), continuing from `crc` (0 to start).
 std::uint32_t crc32c(const void* data, std::size_t bytes, std::uint32_t crc = 0);
 
-/// The version this kopt writes. Version 2 (every array fp32) and version 1 (also Adam only:
-/// no algorithm names, has_max in place of the array mask) still load.
-inline constexpr std::uint32_t kCheckpointVersion = 3;
+/// The version this kopt writes. Version 3 (no shapes, no per-param state), version 2 (also
+/// every array fp32) and version 1 (also Adam only: no algorithm names, has_max in place of
+/// the array mask) still load.
+inline constexpr std::uint32_t kCheckpointVersion = 4;
+/// The version a data file's header names: their layout has not changed since version 3
+/// (what a block holds is the index's to say), so files of version 3 and 4 share it.
+inline constexpr std::uint32_t kDataFileVersion = 3;
 inline constexpr char kIndexName[] = "index.kopt";
 /// The first 8 bytes of an index and of a data file.
 inline constexpr char kIndexMagic[8] = {'K', 'O', 'P', 'T', 'I', 'N', 'D', 'X'};
@@ -38,12 +42,18 @@ struct IndexParam {
   /// The element type array k is stored in (f32, bf16, f16; version 3: the group's
   /// StateStorage; before: f32). The master is f32.
   std::array<DType, max_state_arrays> array_dtypes{DType::f32, DType::f32, DType::f32};
+  /// Version 4: the param's 2-D shape (-1, -1: none), and the fp32 floats of its per-param
+  /// state (Adafactor's factored statistics; 0: none). A param with per-param state has
+  /// one block, of all its elements, and the state follows its arrays there.
+  std::int64_t rows = -1, cols = -1;
+  std::uint64_t tensor_state = 0;
   /// Bytes per element of a block of this param: each array it holds at its dtype, the master.
   std::uint64_t bytes_per_element() const;
 };
 
 /// Elements [global_offset, global_offset + length) of one param's state, in one rank's
-/// data file: the algorithm's arrays the param keeps (IndexParam::arrays), then its master.
+/// data file: the algorithm's arrays the param keeps (IndexParam::arrays), then its master,
+/// then its per-param state (IndexParam::tensor_state floats, f32).
 struct IndexBlock {
   std::uint32_t param = 0;
   std::int64_t global_offset = 0, length = 0;

@@ -22,16 +22,16 @@ class StateWriter {
  public:
   StateWriter(const std::string& path, std::uint64_t generation, std::uint32_t rank);
   /// Appends the state of `name` (its `numel` elements in `engine`) as one block, array by
-  /// array (array k in dtypes[k], the master in f32), and fills `block`'s file offset, byte
-  /// count and checksum.
+  /// array (array k in dtypes[k], the master in f32), then `tensor_state` (its per-param
+  /// state, f32), and fills `block`'s file offset, byte count and checksum.
   void append(Engine& engine, const std::string& name, std::int64_t numel,
-              const std::array<bool, 4>& arrays,
-              const std::array<DType, max_state_arrays>& dtypes, IndexBlock& block);
+              const std::array<bool, 4>& arrays, const std::array<DType, max_state_arrays>& dtypes,
+              IndexBlock& block, const std::vector<float>& tensor_state = {});
   void commit() { file_.commit(); }
 
  private:
   AtomicFile file_;
-  std::vector<float> span_;          ///< one span of one array
+  std::vector<float> span_;           ///< one span of one array
   std::vector<unsigned char> bytes_;  ///< and its bytes
 };
 
@@ -44,9 +44,9 @@ class StateReader {
   /// index gives (each block read whole) from data files whose headers are right.
   void check(std::uint32_t param, std::int64_t offset, std::int64_t n);
   /// Writes those elements into `engine`'s param `name` (its piece: element `offset` of the
-  /// file param is its element 0), every array the file holds, then commit_state with the
-  /// file's step count; arrays of the algorithm the file does not hold for it get zeros.
-  /// Only after check() of the same range.
+  /// file param is its element 0), every array the file holds and its per-param state,
+  /// then commit_state with the file's step count; arrays of the algorithm the file does not
+  /// hold for it get zeros. Only after check() of the same range.
   void apply(std::uint32_t param, std::int64_t offset, std::int64_t n, Engine& engine,
              const std::string& name);
 

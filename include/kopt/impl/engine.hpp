@@ -63,6 +63,15 @@ class Engine {
   /// After write_state of its spans: the step count of `name`, and its master flagged to be
   /// reconciled with the param at its next update (weights may be loaded before or after).
   virtual void commit_state(const std::string& name, std::int64_t step) = 0;
+  /// The per-param state of `name` (not per element: Adafactor's statistics), as host
+  /// floats; empty where the algorithm keeps none (FusedOptimizer::tensor_state). Blocks.
+  virtual std::vector<float> tensor_state(const std::string&) { return {}; }
+  /// Overwrites it; `values` must have tensor_state()'s size (else InvalidArgument, nothing
+  /// changed). Blocks.
+  virtual void set_tensor_state(const std::string& name, const std::vector<float>& values) {
+    KOPT_THROW_IF(!values.empty(), "kopt: parameter '" << name << "' keeps no per-param state ("
+                                                       << values.size() << " floats given)");
+  }
   /// Keeps the algorithm's state arrays in `arrays` (bit k: array k) from the next
   /// prepare_step() on, whatever the configs say (FusedOptimizer::keep_state_arrays).
   virtual void keep_state_arrays(unsigned arrays) = 0;
@@ -155,6 +164,12 @@ class EngineFor final : public Engine {
   }
   void commit_state(const std::string& name, std::int64_t step) override {
     opt_.commit_state(name, step);
+  }
+  std::vector<float> tensor_state(const std::string& name) override {
+    return opt_.tensor_state(name);
+  }
+  void set_tensor_state(const std::string& name, const std::vector<float>& values) override {
+    opt_.set_tensor_state(name, values);
   }
 
  private:

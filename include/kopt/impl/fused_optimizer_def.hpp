@@ -66,12 +66,17 @@ void FusedOptimizer<ExecSpace, Policy>::add(const std::string& name, const Tenso
                 label_ << ": parameter '" << name << "' is " << name_of(param.dtype)
                        << ": stochastic rounding (Rounding::stochastic) is of bf16 params "
                        << "(f32 ones are their own masters)");
-  if constexpr (Impl::has_tensor_stage<Policy>)
-    KOPT_THROW_IF(!param.is_matrix() || param.is_shard(),
+  if constexpr (Impl::has_tensor_stage<Policy>) {
+    constexpr bool matrices = requires { Policy::Config::whole_matrices; };
+    KOPT_THROW_IF((matrices && !param.is_matrix()) || param.is_shard(),
                   label_ << ": parameter '" << name << "' is " << describe(param) << ": "
-                         << Policy::name << " updates whole matrices; give the param its "
-                         << "2-D shape (kopt::Tensor::matrix), whole (not a shard), or put it "
-                         << "in a group of an elementwise algorithm (AdamW)");
+                         << Policy::name
+                         << (matrices ? " updates whole matrices; give the param its 2-D shape "
+                                        "(kopt::Tensor::matrix), whole (not a shard), or put it "
+                                        "in a group of an elementwise algorithm (AdamW)"
+                                      : " updates whole params; give the whole param, not a "
+                                        "shard of it"));
+  }
   registry_.add(name, param, grad, group);
 }
 
@@ -359,12 +364,19 @@ void FusedOptimizer<ExecSpace, Policy>::step(double grad_scale,
   if constexpr (Impl::has_tensor_stage<Policy>) {
     // Directions in place of the params, transformed, then in place of the grads.
     stage_.run(
-        exec_, registry_, updated_, slots_host_, scalars_host_, [&](int pass, const auto& slots) {
+        exec_, registry_, updated_, slots_host_, scalars_host_,
+        [&](int pass, const auto& slots) {
           for (const KernelClass& kc : classes_)
             Impl::launch_update<ExecSpace, Policy>(
                 exec_, label_ + (pass == 0 ? "::directions" : "::update"),
                 pass == 0 ? DType::f32 : kc.key.param, pass == 0 ? kc.key.grad : DType::f32, pass,
                 state_.storage(), slots, scalars_, row_steps_, kc.chunks, stage_.rates());
+        },
+        [&](std::size_t i) {
+          if constexpr (Impl::has_tensor_sums<Policy>)
+            return rates_.host_rate(i);
+          else
+            return scalars_host_(slots_host_(i).scalar_set).rate;
         });
   } else {
     for (const KernelClass& kc : classes_)
@@ -471,6 +483,33 @@ void FusedOptimizer<ExecSpace, Policy>::commit_state(const std::string& name, st
 }
 
 template <class ExecSpace, class Policy>
+std::vector<float> FusedOptimizer<ExecSpace, Policy>::tensor_state(const std::string& name) {
+  const std::size_t i = registry_.index_of(name);
+  std::vector<float> out;
+  if constexpr (Impl::has_tensor_stage<Policy>) {
+    stage_.grow_states(label_, registry_);
+    out.resize(static_cast<std::size_t>(stage_.state_size(i)));
+    stage_.read_state(exec_, i, out.data());
+  }
+  return out;
+}
+
+template <class ExecSpace, class Policy>
+void FusedOptimizer<ExecSpace, Policy>::set_tensor_state(const std::string& name,
+                                                         const std::vector<float>& values) {
+  const std::size_t i = registry_.index_of(name);
+  std::int64_t size = 0;
+  if constexpr (Impl::has_tensor_stage<Policy>) {
+    stage_.grow_states(label_, registry_);
+    size = stage_.state_size(i);
+  }
+  KOPT_THROW_IF(static_cast<std::int64_t>(values.size()) != size,
+                label_ << ": set_tensor_state('" << name << "'): " << values.size()
+                       << " floats for a per-param state of " << size);
+  if constexpr (Impl::has_tensor_stage<Policy>) stage_.write_state(exec_, i, values.data());
+}
+
+template <class ExecSpace, class Policy>
 void FusedOptimizer<ExecSpace, Policy>::keep_state_arrays(unsigned arrays) {
   KOPT_THROW_IF((arrays >> Policy::num_arrays) != 0,
                 label_ << ": keep_state_arrays(" << arrays << "): " << Policy::name << " has "
@@ -480,7 +519,7 @@ void FusedOptimizer<ExecSpace, Policy>::keep_state_arrays(unsigned arrays) {
 
 template <class ExecSpace, class Policy>
 std::size_t FusedOptimizer<ExecSpace, Policy>::state_bytes() const {
-  return state_.bytes();
+  return state_.bytes() + stage_.state_bytes();
 }
 
 }  // namespace kopt

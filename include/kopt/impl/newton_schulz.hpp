@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <kopt/tensor.hpp>
 #include <string>
 #include <utility>
 
@@ -52,6 +53,8 @@ struct NewtonSchulzWork {
         sums_.extent(0) == row_sums.extent(0) ? row_sums_host : Kokkos::create_mirror_view(sums_);
     next = next_, gram = gram_, row_sums = sums_, row_sums_host = sums_host;
   }
+  /// Grows the scratch to fit the matrix `p`.
+  void reserve(const std::string& label, const Tensor& p) { reserve(label, p.rows, p.cols); }
 };
 
 namespace detail {

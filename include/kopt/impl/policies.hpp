@@ -4,6 +4,7 @@
 /// the one visitor that turns a group's algorithm into a policy type.
 
 #include <kopt/algorithm_config.hpp>
+#include <kopt/impl/policies/adafactor.hpp>
 #include <kopt/impl/policies/adagrad.hpp>
 #include <kopt/impl/policies/adam.hpp>
 #include <kopt/impl/policies/lamb.hpp>
@@ -23,7 +24,8 @@
   X(arg, kopt::Impl::LionPolicy)     \
   X(arg, kopt::Impl::AdagradPolicy)  \
   X(arg, kopt::Impl::LambPolicy)     \
-  X(arg, kopt::Impl::MuonPolicy)
+  X(arg, kopt::Impl::MuonPolicy)     \
+  X(arg, kopt::Impl::AdafactorPolicy)
 
 namespace kopt::Impl {
 

@@ -108,6 +108,8 @@ class TensorRates<ExecSpace, Policy, true> {
   }
 
   Kokkos::View<const float*, memory_space> rates() const { return rates_; }
+  /// Entry i's rate as set_rates() set it (a tensor stage's input).
+  float host_rate(std::size_t i) const { return rates_host_(i); }
 
  private:
   struct ClassSums {

@@ -1,15 +1,17 @@
 #pragma once
 /// \file
-/// An engine's tensor stage, for a policy whose update needs each param whole, as a matrix
-/// (Policy::tensor_stage: Muon). The step runs in three parts, all on the engine's chunk
-/// tables and kernels:
+/// An engine's tensor stage, for a policy whose update needs each param whole
+/// (Policy::tensor_stage: Muon, Adafactor). The step runs in three parts, all on the
+/// engine's chunk tables and kernels:
 ///   1. variant 0 of the update over every element, with a workspace of fp32 directions in
 ///      place of the params: it updates the state and writes each element's direction;
-///   2. Policy::transform on each param's directions as a rows x cols matrix;
+///   2. Policy::transform on each param's directions, whole (a rows x cols matrix where it
+///      has a shape), with the param's own state (Policy::tensor_state_size floats, if the
+///      policy keeps any: Adafactor's factored statistics): it returns the param's rate;
 ///   3. variant 1 over every element, with the transformed directions in place of the
 ///      grads: it writes the params (masters, rounding: the usual forms) and no state.
-/// Each param's rate (Policy::rate, from its shape) goes to the update kernel as a LAMB rate
-/// does. For every other policy an empty class: no cost.
+/// The rates go to the update kernel as LAMB's do. For every other policy an empty class:
+/// no cost.
 
 #include <kopt/compat.hpp>
 #include <kopt/error.hpp>
@@ -26,6 +28,15 @@ inline constexpr bool has_tensor_stage = requires {
   Policy::tensor_stage;
 };
 
+/// Floats of per-param state a policy with a tensor stage keeps for `p` (0: none).
+template <class Policy>
+std::int64_t tensor_state_size(const Tensor& p) {
+  if constexpr (requires { Policy::tensor_state_size(p); })
+    return Policy::tensor_state_size(p);
+  else
+    return 0;
+}
+
 template <class ExecSpace, class Policy, bool = has_tensor_stage<Policy>>
 class TensorStage {
  public:
@@ -33,6 +44,8 @@ class TensorStage {
   template <class Slots>
   void plan(const ExecSpace&, const std::string&, const ParamRegistry&,
             const std::vector<std::size_t>&, const Slots&) {}
+  std::int64_t state_size(std::size_t) const { return 0; }
+  std::size_t state_bytes() const { return 0; }
 };
 
 template <class ExecSpace, class Policy>
@@ -56,8 +69,9 @@ class TensorStage<ExecSpace, Policy, true> {
       const Tensor& p = registry[i].param;
       offsets[i] = total;
       total += (p.numel + 15) / 16 * 16;  // each direction 64-byte aligned
-      work.reserve(label, p.rows, p.cols);
+      work.reserve(label, p);
     }
+    grow_states(label, registry);
     auto directions = directions_;
     if (directions.extent(0) < static_cast<std::size_t>(total)) {
       allocation_point();
@@ -88,33 +102,75 @@ class TensorStage<ExecSpace, Policy, true> {
     rates_ = rates, rates_host_ = rates_host, offsets_.swap(offsets);
   }
 
+  /// The state of every registry entry that has none yet, zeros (torch's start). Entries
+  /// keep theirs from then on. All or nothing.
+  void grow_states(const std::string& label, const ParamRegistry& registry) {
+    auto states = states_;
+    for (std::size_t i = states.size(); i < registry.size(); ++i) {
+      allocation_point();
+      states.emplace_back(label + "::tensor_state",
+                          static_cast<std::size_t>(tensor_state_size<Policy>(registry[i].param)));
+    }
+    states_.swap(states);
+  }
+
   /// The step: `launch(pass, slots)` runs variant `pass` of the update over every kernel
   /// class with those slots (the engine's launch: pass 0 with f32 params, pass 1 with f32
-  /// grads); between them, each updated entry's transform and rate. Blocks while the
+  /// grads); between them, each updated entry's transform, given `rate_of(i)` (its rate
+  /// from tensor sums, else its scalars'), and its rate from it. Blocks while the
   /// transforms run.
-  template <class Launch>
+  template <class Launch, class RateOf>
   void run(const ExecSpace& exec, const ParamRegistry& registry,
            const std::vector<std::size_t>& updated, const typename SlotView::HostMirror& slots_host,
            const typename Kokkos::View<Scalars*, memory_space>::HostMirror& scalars_host,
-           Launch&& launch) {
+           Launch&& launch, RateOf&& rate_of) {
     launch(0, first_);
     fence(exec, "kopt::TensorStage::directions");
     for (const std::size_t i : updated) {
-      const Tensor& p = registry[i].param;
       const Scalars& s = scalars_host(slots_host(i).scalar_set);
-      Policy::template transform<ExecSpace>(directions_.data() + offsets_[i], p.rows, p.cols, s,
-                                            work_);
-      rates_host_(i) = Policy::rate(s, p.rows, p.cols);
+      rates_host_(i) =
+          Policy::template transform<ExecSpace>(directions_.data() + offsets_[i], registry[i].param,
+                                                s, rate_of(i), work_, states_[i].data());
     }
     Kokkos::deep_copy(exec, rates_, rates_host_);
     launch(1, second_);
   }
 
+  /// Floats of entry i's per-param state (0 before the plan that first sees it).
+  std::int64_t state_size(std::size_t i) const {
+    return i < states_.size() ? static_cast<std::int64_t>(states_[i].extent(0)) : 0;
+  }
+  /// Bytes of per-param state held.
+  std::size_t state_bytes() const {
+    std::size_t n = 0;
+    for (const auto& s : states_) n += s.extent(0) * sizeof(float);
+    return n;
+  }
+  /// Entry i's per-param state, copied to or from `host` (state_size(i) floats). Blocks.
+  void read_state(const ExecSpace& exec, std::size_t i, float* host) const {
+    copy_(exec, i, host, true);
+  }
+  void write_state(const ExecSpace& exec, std::size_t i, const float* host) {
+    copy_(exec, i, const_cast<float*>(host), false);
+  }
+
   Kokkos::View<const float*, memory_space> rates() const { return rates_; }
 
  private:
+  void copy_(const ExecSpace& exec, std::size_t i, float* host, bool out) const {
+    const auto& state = states_.at(i);
+    Kokkos::View<float*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> h(
+        host, state.extent(0));
+    if (out)
+      Kokkos::deep_copy(exec, h, state);
+    else
+      Kokkos::deep_copy(exec, state, h);
+    fence(exec, "kopt::TensorStage::state");
+  }
+
   Kokkos::View<float*, memory_space> directions_;
   std::vector<std::int64_t> offsets_;
+  std::vector<Kokkos::View<float*, memory_space>> states_;  ///< per registry entry
   typename Policy::template Work<ExecSpace> work_;
   SlotView first_, second_;
   Kokkos::View<float*, memory_space> rates_;

@@ -72,11 +72,13 @@ struct MuonPolicy {
                               c.lr_scale(static_cast<double>(rows), static_cast<double>(cols)));
   }
 
-  /// Between the variants: the direction of one rows x cols param, orthogonalized in place.
+  /// Between the variants (host code): the direction of the rows x cols param `p`,
+  /// orthogonalized in place; returns its rate lr s. Muon keeps no per-param state.
   template <class ExecSpace>
-  static void transform(float* direction, std::int64_t rows, std::int64_t cols, const Scalars& s,
-                        Work<ExecSpace>& work) {
-    newton_schulz<ExecSpace>(direction, rows, cols, s.ns, work);
+  static float transform(float* direction, const Tensor& p, const Scalars& s, float,
+                         Work<ExecSpace>& work, float*) {
+    newton_schulz<ExecSpace>(direction, p.rows, p.cols, s.ns, work);
+    return rate(s, p.rows, p.cols);
   }
 
   /// Variant 0 returns U (the engine stores it in place of the param) and updates the

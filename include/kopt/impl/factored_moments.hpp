@@ -1,0 +1,191 @@
+#pragma once
+/// \file
+/// Adafactor's per-param work (kopt/adafactor_config.hpp), in place on one param's scaled
+/// grad g (a tensor stage's fp32 directions, kopt/impl/tensor_stage.hpp): the second-moment
+/// statistics (row and column factors of a matrix, or the variance of a vector) updated,
+/// and g replaced by the direction u = g / sqrt(max(V, eps1^2)). Every sum is in double in
+/// one fixed order (a row in element order, a column in row order, a vector in blocks added
+/// in order on the host), so the result is the same bits on every thread count.
+
+#include <Kokkos_Core.hpp>
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <kopt/adafactor_config.hpp>
+#include <kopt/compat.hpp>
+#include <kopt/tensor.hpp>
+#include <string>
+
+namespace kopt::Impl {
+
+/// Elements per partial sum of a vector's ||u||^2.
+inline constexpr std::int64_t factored_vector_block = 4096;
+
+/// Floats of per-param state: rows + cols (row_var, col_var) for a matrix, numel
+/// (variance) for a param without a shape, none for an empty one.
+inline std::int64_t factored_state_size(const Tensor& p) {
+  return AdafactorConfig::tensor_state_size(p.is_matrix() ? p.rows : -1, p.cols, p.numel);
+}
+
+/// Partial sums for params up to the sizes reserve() saw; allocated before a step.
+template <class ExecSpace>
+struct FactoredWork {
+  using Device = Kokkos::Device<ExecSpace, typename ExecSpace::memory_space>;
+  Kokkos::View<double*, Device> sums;
+  typename Kokkos::View<double*, Device>::HostMirror sums_host;
+
+  /// Grows the scratch to fit `p`. All or nothing.
+  void reserve(const std::string& label, const Tensor& p) {
+    const std::int64_t n = p.is_matrix()
+                               ? std::max(p.rows, p.cols)
+                               : (p.numel + factored_vector_block - 1) / factored_vector_block;
+    if (sums.extent(0) >= static_cast<std::size_t>(n)) return;
+    Kokkos::View<double*, Device> bigger(
+        Kokkos::view_alloc(Kokkos::WithoutInitializing, label + "::factored_sums"),
+        static_cast<std::size_t>(n));
+    auto host = Kokkos::create_mirror_view(bigger);
+    sums = bigger, sums_host = host;
+  }
+};
+
+/// The step's floats: b = t^beta2_decay (the statistics' lerp weight) and eps1.
+struct FactoredCoefficients {
+  float beta;
+  float eps1;
+};
+
+namespace detail {
+/// Row i: R_i <- R_i + b (mean_j g_ij^2 - R_i); sums(i) = the new R_i.
+struct FactorRows {
+  const float* g;
+  float* row_var;
+  double* sums;
+  std::int64_t cols;
+  float beta;
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t i) const {
+    double s = 0.0;
+    for (std::int64_t j = 0; j < cols; ++j) {
+      const double v = g[i * cols + j];
+      s += v * v;
+    }
+    const float r = row_var[i];
+    row_var[i] = r + beta * (static_cast<float>(s / static_cast<double>(cols)) - r);
+    sums[i] = row_var[i];
+  }
+};
+
+/// Columns [W b, W b + W): C_j <- C_j + b (mean_i g_ij^2 - C_j), each column summed in row
+/// order; W columns at a time so that a host thread reads rows contiguously.
+template <int W>
+struct FactorColumns {
+  const float* g;
+  float* col_var;
+  std::int64_t rows, cols;
+  float beta;
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t b) const {
+    const std::int64_t j0 = b * W;
+    const std::int64_t w = cols - j0 < W ? cols - j0 : W;
+    double s[W];
+    for (int k = 0; k < W; ++k) s[k] = 0.0;
+    for (std::int64_t i = 0; i < rows; ++i)
+      for (std::int64_t k = 0; k < w; ++k) {
+        const double v = g[i * cols + j0 + k];
+        s[k] += v * v;
+      }
+    for (std::int64_t k = 0; k < w; ++k) {
+      const float c = col_var[j0 + k];
+      col_var[j0 + k] = c + beta * (static_cast<float>(s[k] / static_cast<double>(rows)) - c);
+    }
+  }
+};
+
+/// Row i of a matrix: g_ij <- g_ij / sqrt(max(R_i C_j / mean, eps1^2)); sums(i) = sum of
+/// the new g_ij^2.
+struct FactoredDirection {
+  float* g;
+  const float* row_var;
+  const float* col_var;
+  double* sums;
+  std::int64_t cols;
+  float mean, floor;
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t i) const {
+    double s = 0.0;
+    for (std::int64_t j = 0; j < cols; ++j) {
+      const float v = row_var[i] * col_var[j] / mean;
+      const float u = g[i * cols + j] * (1.0f / KOPT_SQRT(v > floor ? v : floor));
+      g[i * cols + j] = u;
+      s += static_cast<double>(u) * static_cast<double>(u);
+    }
+    sums[i] = s;
+  }
+};
+
+/// Block b of a vector: V_i <- V_i + b (g_i^2 - V_i), g_i <- g_i / sqrt(max(V_i, eps1^2));
+/// sums(b) = the sum of the new g_i^2 over the block.
+struct VectorDirection {
+  float* g;
+  float* variance;
+  double* sums;
+  std::int64_t numel;
+  float beta, floor;
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t b) const {
+    const std::int64_t begin = b * factored_vector_block;
+    const std::int64_t end =
+        numel - begin < factored_vector_block ? numel : begin + factored_vector_block;
+    double s = 0.0;
+    for (std::int64_t i = begin; i < end; ++i) {
+      const float v = variance[i] + beta * (g[i] * g[i] - variance[i]);
+      variance[i] = v;
+      const float u = g[i] * (1.0f / KOPT_SQRT(v > floor ? v : floor));
+      g[i] = u;
+      s += static_cast<double>(u) * static_cast<double>(u);
+    }
+    sums[b] = s;
+  }
+};
+}  // namespace detail
+
+/// Updates the statistics `state` (factored_state_size(p) floats) of param `p` from its
+/// scaled grad at `g` and replaces g by its direction u; returns ||u||^2. Runs on
+/// ExecSpace's default instance and returns when done; the caller fences its own first.
+template <class ExecSpace>
+double factored_direction(float* g, const Tensor& p, float* state, const FactoredCoefficients& k,
+                          FactoredWork<ExecSpace>& work) {
+  using Range = Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>;
+  const ExecSpace space{};
+  const float floor = k.eps1 * k.eps1;
+  std::int64_t parts = 0;
+  if (p.numel == 0) return 0.0;
+  if (p.is_matrix()) {
+    const std::int64_t rows = p.rows, cols = p.cols;
+    float* row_var = state;
+    float* col_var = state + rows;
+    Kokkos::parallel_for("kopt::adafactor::rows", Range(0, rows),
+                         detail::FactorRows{g, row_var, work.sums.data(), cols, k.beta});
+    constexpr int W = runs_on_host<ExecSpace> ? 64 : 1;
+    Kokkos::parallel_for("kopt::adafactor::columns", Range(0, (cols + W - 1) / W),
+                         detail::FactorColumns<W>{g, col_var, rows, cols, k.beta});
+    Kokkos::deep_copy(space, work.sums_host, work.sums);
+    space.fence();
+    double mean = 0.0;
+    for (std::int64_t i = 0; i < rows; ++i) mean += work.sums_host(i);
+    mean /= static_cast<double>(rows);
+    const auto divisor = std::max(static_cast<float>(mean), k.eps1);
+    Kokkos::parallel_for(
+        "kopt::adafactor::direction", Range(0, rows),
+        detail::FactoredDirection{g, row_var, col_var, work.sums.data(), cols, divisor, floor});
+    parts = rows;
+  } else {
+    parts = (p.numel + factored_vector_block - 1) / factored_vector_block;
+    Kokkos::parallel_for(
+        "kopt::adafactor::vector", Range(0, parts),
+        detail::VectorDirection{g, state, work.sums.data(), p.numel, k.beta, floor});
+  }
+  Kokkos::deep_copy(space, work.sums_host, work.sums);
+  space.fence();
+  double squares = 0.0;
+  for (std::int64_t i = 0; i < parts; ++i) squares += work.sums_host(i);
+  return squares;
+}
+
+}  // namespace kopt::Impl
