@@ -4,8 +4,8 @@
 /// grad g (a tensor stage's fp32 directions, kopt/impl/tensor_stage.hpp): the second-moment
 /// statistics (row and column factors of a matrix, or the variance of a vector) updated,
 /// and g replaced by the direction u = g / sqrt(max(V, eps1^2)). Every sum is in double in
-/// one fixed order (a row in element order, a column in row order, a vector in blocks added
-/// in order on the host), so the result is the same bits on every thread count.
+/// one fixed order (a row or a block in 16 lanes, a column in row order, the rows and blocks
+/// added in order on the host), so the result is the same bits on every thread count.
 
 #include <Kokkos_Core.hpp>
 #include <algorithm>
@@ -55,6 +55,12 @@ struct FactoredCoefficients {
 };
 
 namespace detail {
+/// Lanes of a sum over a row or a block: element k goes to lane k mod sum_lanes, the lanes
+/// are added in order, then the tail. A fixed order still (the same bits on every thread
+/// count), and one the compiler vectorizes: a single double accumulator is a chain of
+/// dependent adds, which left the row sums latency-bound (0.2 of the memory ceiling).
+inline constexpr int sum_lanes = 16;
+
 /// Row i: R_i <- R_i + b (mean_j g_ij^2 - R_i); sums(i) = the new R_i.
 struct FactorRows {
   const float* g;
@@ -63,9 +69,18 @@ struct FactorRows {
   std::int64_t cols;
   float beta;
   KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t i) const {
+    const float* row = g + i * cols;
+    double lane[sum_lanes] = {};
+    std::int64_t j = 0;
+    for (; j + sum_lanes <= cols; j += sum_lanes)
+      for (int k = 0; k < sum_lanes; ++k) {
+        const double v = row[j + k];
+        lane[k] += v * v;
+      }
     double s = 0.0;
-    for (std::int64_t j = 0; j < cols; ++j) {
-      const double v = g[i * cols + j];
+    for (int k = 0; k < sum_lanes; ++k) s += lane[k];
+    for (; j < cols; ++j) {
+      const double v = row[j];
       s += v * v;
     }
     const float r = row_var[i];
@@ -108,13 +123,25 @@ struct FactoredDirection {
   double* sums;
   std::int64_t cols;
   float mean, floor;
+  KOKKOS_FORCEINLINE_FUNCTION float direction(std::int64_t i, std::int64_t j) const {
+    const float v = row_var[i] * col_var[j] / mean;
+    const float u = g[i * cols + j] * (1.0f / KOPT_SQRT(v > floor ? v : floor));
+    g[i * cols + j] = u;
+    return u;
+  }
   KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t i) const {
+    double lane[sum_lanes] = {};
+    std::int64_t j = 0;
+    for (; j + sum_lanes <= cols; j += sum_lanes)
+      for (int k = 0; k < sum_lanes; ++k) {
+        const double u = direction(i, j + k);
+        lane[k] += u * u;
+      }
     double s = 0.0;
-    for (std::int64_t j = 0; j < cols; ++j) {
-      const float v = row_var[i] * col_var[j] / mean;
-      const float u = g[i * cols + j] * (1.0f / KOPT_SQRT(v > floor ? v : floor));
-      g[i * cols + j] = u;
-      s += static_cast<double>(u) * static_cast<double>(u);
+    for (int k = 0; k < sum_lanes; ++k) s += lane[k];
+    for (; j < cols; ++j) {
+      const double u = direction(i, j);
+      s += u * u;
     }
     sums[i] = s;
   }
@@ -132,15 +159,27 @@ struct VectorDirection {
     const std::int64_t begin = b * factored_vector_block;
     const std::int64_t end =
         numel - begin < factored_vector_block ? numel : begin + factored_vector_block;
+    double lane[sum_lanes] = {};
+    std::int64_t i = begin;
+    for (; i + sum_lanes <= end; i += sum_lanes)
+      for (int k = 0; k < sum_lanes; ++k) {
+        const double u = direction(i + k);
+        lane[k] += u * u;
+      }
     double s = 0.0;
-    for (std::int64_t i = begin; i < end; ++i) {
-      const float v = variance[i] + beta * (g[i] * g[i] - variance[i]);
-      variance[i] = v;
-      const float u = g[i] * (1.0f / KOPT_SQRT(v > floor ? v : floor));
-      g[i] = u;
-      s += static_cast<double>(u) * static_cast<double>(u);
+    for (int k = 0; k < sum_lanes; ++k) s += lane[k];
+    for (; i < end; ++i) {
+      const double u = direction(i);
+      s += u * u;
     }
     sums[b] = s;
+  }
+  KOKKOS_FORCEINLINE_FUNCTION float direction(std::int64_t i) const {
+    const float v = variance[i] + beta * (g[i] * g[i] - variance[i]);
+    variance[i] = v;
+    const float u = g[i] * (1.0f / KOPT_SQRT(v > floor ? v : floor));
+    g[i] = u;
+    return u;
   }
 };
 }  // namespace detail
