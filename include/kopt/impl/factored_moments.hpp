@@ -4,8 +4,10 @@
 /// grad g (a tensor stage's fp32 directions, kopt/impl/tensor_stage.hpp): the second-moment
 /// statistics (row and column factors of a matrix, or the variance of a vector) updated,
 /// and g replaced by the direction u = g / sqrt(max(V, eps1^2)). Every sum is in double in
-/// one fixed order (a row or a block in 16 lanes, a column in row order, the rows and blocks
-/// added in order on the host), so the result is the same bits on every thread count.
+/// one fixed order (a row or a block in 16 lanes; a column in row order, on the host per
+/// block of rows and the blocks in order; the rows and blocks added in order on the host), so
+/// the result is the same bits on every thread count (not between host and device spaces,
+/// whose column orders differ).
 
 #include <Kokkos_Core.hpp>
 #include <algorithm>
@@ -27,24 +29,41 @@ inline std::int64_t factored_state_size(const Tensor& p) {
   return AdafactorConfig::tensor_state_size(p.is_matrix() ? p.rows : -1, p.cols, p.numel);
 }
 
+/// Rows per block of a matrix's statistics pass on the host: at most 64 blocks, each a
+/// thread's work, whose column sums are added in block order (a function of the shape
+/// alone, so the same bits on every thread count).
+inline std::int64_t factored_row_block(std::int64_t rows) {
+  return std::max<std::int64_t>(16, (rows + 63) / 64);
+}
+
 /// Partial sums for params up to the sizes reserve() saw; allocated before a step.
 template <class ExecSpace>
 struct FactoredWork {
   using Device = Kokkos::Device<ExecSpace, typename ExecSpace::memory_space>;
   Kokkos::View<double*, Device> sums;
   typename Kokkos::View<double*, Device>::HostMirror sums_host;
+  Kokkos::View<double*, Device> column_parts;  ///< host: per row block, its column sums
 
   /// Grows the scratch to fit `p`. All or nothing.
   void reserve(const std::string& label, const Tensor& p) {
     const std::int64_t n = p.is_matrix()
                                ? std::max(p.rows, p.cols)
                                : (p.numel + factored_vector_block - 1) / factored_vector_block;
-    if (sums.extent(0) >= static_cast<std::size_t>(n)) return;
-    Kokkos::View<double*, Device> bigger(
-        Kokkos::view_alloc(Kokkos::WithoutInitializing, label + "::factored_sums"),
-        static_cast<std::size_t>(n));
-    auto host = Kokkos::create_mirror_view(bigger);
-    sums = bigger, sums_host = host;
+    std::int64_t parts = 0;
+    if (runs_on_host<ExecSpace> && p.is_matrix())
+      parts = (p.rows + factored_row_block(p.rows) - 1) / factored_row_block(p.rows) * p.cols;
+    auto s = sums;
+    auto h = sums_host;
+    auto c = column_parts;
+    if (s.extent(0) < static_cast<std::size_t>(n)) {
+      s = decltype(s)(Kokkos::view_alloc(Kokkos::WithoutInitializing, label + "::factored_sums"),
+                      static_cast<std::size_t>(n));
+      h = Kokkos::create_mirror_view(s);
+    }
+    if (c.extent(0) < static_cast<std::size_t>(parts))
+      c = decltype(c)(Kokkos::view_alloc(Kokkos::WithoutInitializing, label + "::column_parts"),
+                      static_cast<std::size_t>(parts));
+    sums = s, sums_host = h, column_parts = c;
   }
 };
 
@@ -89,28 +108,74 @@ struct FactorRows {
   }
 };
 
-/// Columns [W b, W b + W): C_j <- C_j + b (mean_i g_ij^2 - C_j), each column summed in row
-/// order; W columns at a time so that a host thread reads rows contiguously.
-template <int W>
+/// Devices, a thread per column j: C_j <- C_j + b (mean_i g_ij^2 - C_j), summed in row order
+/// (a warp reads a row's neighbouring elements together).
 struct FactorColumns {
   const float* g;
   float* col_var;
   std::int64_t rows, cols;
   float beta;
-  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t b) const {
-    const std::int64_t j0 = b * W;
-    const std::int64_t w = cols - j0 < W ? cols - j0 : W;
-    double s[W];
-    for (int k = 0; k < W; ++k) s[k] = 0.0;
-    for (std::int64_t i = 0; i < rows; ++i)
-      for (std::int64_t k = 0; k < w; ++k) {
-        const double v = g[i * cols + j0 + k];
-        s[k] += v * v;
-      }
-    for (std::int64_t k = 0; k < w; ++k) {
-      const float c = col_var[j0 + k];
-      col_var[j0 + k] = c + beta * (static_cast<float>(s[k] / static_cast<double>(rows)) - c);
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t j) const {
+    double s = 0.0;
+    for (std::int64_t i = 0; i < rows; ++i) {
+      const double v = g[i * cols + j];
+      s += v * v;
     }
+    const float c = col_var[j];
+    col_var[j] = c + beta * (static_cast<float>(s / static_cast<double>(rows)) - c);
+  }
+};
+
+/// Host, a thread per block of rows (factored_row_block): each row's sum as FactorRows
+/// does, and the block's sum of each column in row order into parts(block, j), in the same
+/// read of the rows (a thread per block of columns, reading the matrix down its columns,
+/// ran at half the rate).
+struct FactorRowBlock {
+  const float* g;
+  float* row_var;
+  double* sums;
+  double* parts;
+  std::int64_t rows, cols, block_rows;
+  float beta;
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t rb) const {
+    double* part = parts + rb * cols;
+    for (std::int64_t j = 0; j < cols; ++j) part[j] = 0.0;
+    const std::int64_t end = rows < (rb + 1) * block_rows ? rows : (rb + 1) * block_rows;
+    for (std::int64_t i = rb * block_rows; i < end; ++i) {
+      const float* row = g + i * cols;
+      double lane[sum_lanes] = {};
+      std::int64_t j = 0;
+      for (; j + sum_lanes <= cols; j += sum_lanes)
+        for (int k = 0; k < sum_lanes; ++k) {
+          const double v = row[j + k];
+          lane[k] += v * v;
+          part[j + k] += v * v;
+        }
+      double s = 0.0;
+      for (int k = 0; k < sum_lanes; ++k) s += lane[k];
+      for (; j < cols; ++j) {
+        const double v = row[j];
+        s += v * v;
+        part[j] += v * v;
+      }
+      const float r = row_var[i];
+      row_var[i] = r + beta * (static_cast<float>(s / static_cast<double>(cols)) - r);
+      sums[i] = row_var[i];
+    }
+  }
+};
+
+/// Host, column j: C_j <- C_j + b (mean_i g_ij^2 - C_j), its blocks' sums added in order.
+struct FactorColumnParts {
+  const double* parts;
+  float* col_var;
+  std::int64_t rows, cols, blocks;
+  float beta;
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t j) const {
+    double s = 0.0;
+    for (std::int64_t rb = 0; rb < blocks; ++rb) s += parts[rb * cols + j];
+    const float c = col_var[j];
+    col_var[j] = c + beta * (static_cast<float>(s / static_cast<double>(rows)) - c);
   }
 };
 
@@ -199,11 +264,21 @@ double factored_direction(float* g, const Tensor& p, float* state, const Factore
     const std::int64_t rows = p.rows, cols = p.cols;
     float* row_var = state;
     float* col_var = state + rows;
-    Kokkos::parallel_for("kopt::adafactor::rows", Range(0, rows),
-                         detail::FactorRows{g, row_var, work.sums.data(), cols, k.beta});
-    constexpr int W = runs_on_host<ExecSpace> ? 64 : 1;
-    Kokkos::parallel_for("kopt::adafactor::columns", Range(0, (cols + W - 1) / W),
-                         detail::FactorColumns<W>{g, col_var, rows, cols, k.beta});
+    if constexpr (runs_on_host<ExecSpace>) {
+      const std::int64_t block = factored_row_block(rows), blocks = (rows + block - 1) / block;
+      Kokkos::parallel_for(
+          "kopt::adafactor::row_blocks", Range(0, blocks),
+          detail::FactorRowBlock{g, row_var, work.sums.data(), work.column_parts.data(), rows, cols,
+                                 block, k.beta});
+      Kokkos::parallel_for(
+          "kopt::adafactor::columns", Range(0, cols),
+          detail::FactorColumnParts{work.column_parts.data(), col_var, rows, cols, blocks, k.beta});
+    } else {
+      Kokkos::parallel_for("kopt::adafactor::rows", Range(0, rows),
+                           detail::FactorRows{g, row_var, work.sums.data(), cols, k.beta});
+      Kokkos::parallel_for("kopt::adafactor::columns", Range(0, cols),
+                           detail::FactorColumns{g, col_var, rows, cols, k.beta});
+    }
     Kokkos::deep_copy(space, work.sums_host, work.sums);
     space.fence();
     double mean = 0.0;

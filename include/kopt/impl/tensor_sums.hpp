@@ -80,15 +80,46 @@ struct TensorSumsFunctor {
       for (int k = 0; k < K; ++k) out[k] += static_cast<double>(x[k]) * static_cast<double>(x[k]);
     }
   }
+  /// The sums of blocks [b, b + interleave) of chunk c, all whole: each over its elements in
+  /// order, as block() sums it, the blocks side by side so that their chains of dependent
+  /// adds overlap (one block at a time, the pass was latency-bound: 3x an update pass).
+  static constexpr int interleave = 8;
+  KOKKOS_FORCEINLINE_FUNCTION void blocks(const Chunk& c, std::int64_t b,
+                                          double (&out)[interleave][K]) const {
+    const UpdateSlot& slot = slots_(c.slot);
+    const Scalars& s = scalars_(slot.scalar_set);
+    const std::int64_t at = c.begin + b * tensor_sum_block;
+    for (int j = 0; j < interleave; ++j)
+      for (int k = 0; k < K; ++k) out[j][k] = 0.0;
+    for (std::int64_t e = 0; e < tensor_sum_block; ++e)
+      for (int j = 0; j < interleave; ++j) {
+        float w, g, a[3], x[K];
+        read_inputs<ParamT, GradT, MasterT>(slot, dtypes_, Policy::arrays_of(V),
+                                            at + j * tensor_sum_block + e, w, g, a);
+        Policy::measure(w, g, a[0], a[1], a[2], s, x);
+        for (int k = 0; k < K; ++k)
+          out[j][k] += static_cast<double>(x[k]) * static_cast<double>(x[k]);
+      }
+  }
   KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t c) const {
     const Chunk chunk = chunks_(c);
     ExactSum acc[K];
-    for (std::int64_t b = 0; b < blocks_of(chunk); ++b) {
+    ExponentWindow window[K];  // exact: the same bits as acc[k].add of each block sum
+    const std::int64_t whole = (chunk.end - chunk.begin) / tensor_sum_block;
+    std::int64_t b = 0;
+    for (; b + interleave <= whole; b += interleave) {
+      double sums[interleave][K];
+      blocks(chunk, b, sums);
+      for (int j = 0; j < interleave; ++j)
+        for (int k = 0; k < K; ++k) window[k].add(sums[j][k], acc[k]);
+    }
+    for (; b < blocks_of(chunk); ++b) {
       double sums[K];
       block(chunk, b, sums);
-      for (int k = 0; k < K; ++k) acc[k].add(sums[k]);
+      for (int k = 0; k < K; ++k) window[k].add(sums[k], acc[k]);
     }
     for (int k = 0; k < K; ++k) {
+      window[k].flush(acc[k]);
       acc[k].normalize();
       chunk_sums_(c, k) = acc[k];
     }
