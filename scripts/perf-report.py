@@ -73,6 +73,9 @@ def kopt_rows(bench, peers=None):
             size = f"{int(b['params']):,} params in {int(b['groups']):,} groups"
             note = ", ".join(f"{p} {b[p + '_s']:.2f} s ({b[p + '_us_per_param']:.1f} us/param)"
                              for p in ("add", "construct", "first_step", "save", "load"))
+        elif kernel.startswith("adafactor_"):
+            note = (f"state {b['state_B/elem']:.4f} B/elem ({int(b['rows']):,} rows); ceiling: "
+                    f"the least traffic its step needs")
         elif kernel.startswith("muon_"):
             size = kernel[len("muon_"):]
             note = (f"{b['GFLOP/s']:.1f} GFLOP/s; its gemms alone {b['gemm_GFLOP/s']:.1f} "
