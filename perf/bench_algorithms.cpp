@@ -4,6 +4,7 @@
 // read of every stream, then the update's; Adafactor: the least traffic its step needs),
 // alternating inside each iteration so machine noise hits both; Muon beside the gemms of its
 // Newton-Schulz iteration alone.
+#include <array>
 #include <kopt/impl/fused_optimizer_def.hpp>
 #include <kopt/kopt.hpp>
 
@@ -36,17 +37,19 @@ void bm_algorithm(benchmark::State& state, Config config) {
                       [&] { opt.step(); });
 }
 
-/// LAMB's measure pass as a pattern: a read of the param (its master), grad and both
-/// moments, summed in 16 float lanes per chunk (the pass itself writes nothing).
-template <class ExecSpace, class ParamT>
-struct ReadStateFunctor {
-  const ParamT* grad;
-  const float *master, *m, *v;
+/// A pass that only reads: the grad and N fp32 streams, summed in 16 float lanes per chunk
+/// (LAMB's measure pass: master, m, v; Adafactor's reads: its master, or the grad alone).
+template <class ExecSpace, class GradT, int N>
+struct ReadStreamsFunctor {
+  const GradT* grad;
+  std::array<const float*, N> streams;
   Kokkos::View<float*, typename ExecSpace::memory_space> partials;
   std::int64_t n;
   static constexpr std::int64_t size = kopt::Impl::chunk_size<ExecSpace>;
   KOKKOS_INLINE_FUNCTION float at(std::int64_t i) const {
-    return master[i] + raw_value(grad[i]) + m[i] + v[i];
+    float x = raw_value(grad[i]);
+    for (int k = 0; k < N; ++k) x += streams[k][i];
+    return x;
   }
   KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t chunk) const {
     const std::int64_t begin = chunk * size, end = begin + size < n ? begin + size : n;
@@ -88,11 +91,9 @@ void bm_lamb(benchmark::State& state, kopt::LambConfig config) {
   const float* master = std::is_same_v<ParamT, float> ? reinterpret_cast<const float*>(param.data())
                                                       : s.master.data();
   const std::int64_t size = kopt::Impl::chunk_size<ExecSpace>;
-  const ReadStateFunctor<ExecSpace, ParamT> read{
+  const ReadStreamsFunctor<ExecSpace, ParamT, 3> read{
       grad.data(),
-      master,
-      s.arrays[0].data(),
-      s.arrays[1].data(),
+      {master, s.arrays[0].data(), s.arrays[1].data()},
       Kokkos::View<float*, Mem>("kopt::perf::partials", (n + size - 1) / size),
       n};
   const auto run_read = [&] {
@@ -109,41 +110,6 @@ void bm_lamb(benchmark::State& state, kopt::LambConfig config) {
   report(state, static_cast<double>(n), read_bytes + update_bytes<ParamT, ParamT>(3u), kopt_total,
          ceiling_total, exec.concurrency());
 }
-
-/// A read of the grad and up to two fp32 streams (`a`, `b`: null for none), summed in 16
-/// float lanes per chunk: Adafactor's passes that only read.
-template <class ExecSpace, class GradT>
-struct ReadStreamsFunctor {
-  const GradT* grad;
-  const float *a, *b;
-  Kokkos::View<float*, typename ExecSpace::memory_space> partials;
-  std::int64_t n;
-  static constexpr std::int64_t size = kopt::Impl::chunk_size<ExecSpace>;
-  KOKKOS_INLINE_FUNCTION float at(std::int64_t i) const {
-    const float g = raw_value(grad[i]);
-    return a == nullptr ? g * g : b == nullptr ? g * g + a[i] * a[i] : g + a[i] + b[i];
-  }
-  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t chunk) const {
-    const std::int64_t begin = chunk * size, end = begin + size < n ? begin + size : n;
-    float lane[16] = {};
-    std::int64_t i = begin;
-    for (; i + 16 <= end; i += 16)
-      for (int k = 0; k < 16; ++k) lane[k] += at(i + k);
-    float sum = 0.0f;
-    for (; i < end; ++i) sum += at(i);
-    for (int k = 0; k < 16; ++k) sum += lane[k];
-    partials(chunk) = sum;
-  }
-  template <class Member>
-  KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
-    const std::int64_t begin = team.league_rank() * size, end = begin + size < n ? begin + size : n;
-    float sum = 0.0f;
-    Kokkos::parallel_reduce(
-        Kokkos::TeamThreadRange(team, begin, end),
-        [&](const std::int64_t i, float& acc) { acc += at(i); }, sum);
-    if (team.team_rank() == 0) partials(team.league_rank()) = sum;
-  }
-};
 
 /// Adafactor on one n-element matrix (the most nearly square power-of-two shape) beside the
 /// ceiling of the least traffic its step needs: a read of the param (its master) and grad
@@ -170,8 +136,8 @@ void bm_adafactor(benchmark::State& state) {
                                                       : s.master.data();
   const std::int64_t size = kopt::Impl::chunk_size<ExecSpace>;
   const Kokkos::View<float*, Mem> partials("kopt::perf::partials", (n + size - 1) / size);
-  const ReadStreamsFunctor<ExecSpace, ParamT> both{grad.data(), master, nullptr, partials, n};
-  const ReadStreamsFunctor<ExecSpace, ParamT> grads{grad.data(), nullptr, nullptr, partials, n};
+  const ReadStreamsFunctor<ExecSpace, ParamT, 1> both{grad.data(), {master}, partials, n};
+  const ReadStreamsFunctor<ExecSpace, ParamT, 0> grads{grad.data(), {}, partials, n};
   const auto reads = [&] {
     const auto chunks = static_cast<std::int64_t>(partials.extent(0));
     kopt::Impl::launch_chunks(exec, "kopt::perf::read_both", chunks, both);
