@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <kopt/impl/exact_sum.hpp>
+#include <kopt/impl/measure_strip.hpp>
 #include <kopt/impl/update_kernel.hpp>
 #include <string>
 #include <vector>
@@ -23,10 +24,6 @@ template <class Policy>
 inline constexpr bool has_tensor_sums = requires {
   Policy::tensor_sums;
 };
-
-/// Elements per block: ShardLayout::alignment, so that a param cut by ZeRO has the same
-/// blocks, whole, on its ranks.
-inline constexpr std::int64_t tensor_sum_block = 16;
 
 /// Element i's update inputs as the update reads them, writing nothing: the param (its
 /// master: fp32 copy, joined remainder or the 16-bit param widened), the grad, the arrays.
@@ -66,57 +63,39 @@ struct TensorSumsFunctor {
   KOKKOS_INLINE_FUNCTION static std::int64_t blocks_of(const Chunk& c) {
     return (c.end - c.begin + tensor_sum_block - 1) / tensor_sum_block;
   }
-  /// The sums of block b of chunk c, each over its elements in order.
+  /// The sums of block b of chunk c (block_square_sum of its measured values).
   KOKKOS_FORCEINLINE_FUNCTION void block(const Chunk& c, std::int64_t b, double (&out)[K]) const {
     const UpdateSlot& slot = slots_(c.slot);
     const Scalars& s = scalars_(slot.scalar_set);
-    for (int k = 0; k < K; ++k) out[k] = 0.0;
     const std::int64_t at = c.begin + b * tensor_sum_block;
-    const std::int64_t end = at + tensor_sum_block < c.end ? at + tensor_sum_block : c.end;
-    for (std::int64_t i = at; i < end; ++i) {
-      float w, g, a[3], x[K];
-      read_inputs<ParamT, GradT, MasterT>(slot, dtypes_, Policy::arrays_of(V), i, w, g, a);
-      Policy::measure(w, g, a[0], a[1], a[2], s, x);
-      for (int k = 0; k < K; ++k) out[k] += static_cast<double>(x[k]) * static_cast<double>(x[k]);
-    }
-  }
-  /// The sums of blocks [b, b + interleave) of chunk c, all whole: each over its elements in
-  /// order, as block() sums it, the blocks side by side so that their chains of dependent
-  /// adds overlap (one block at a time, the pass was latency-bound: 3x an update pass).
-  static constexpr int interleave = 8;
-  KOKKOS_FORCEINLINE_FUNCTION void blocks(const Chunk& c, std::int64_t b,
-                                          double (&out)[interleave][K]) const {
-    const UpdateSlot& slot = slots_(c.slot);
-    const Scalars& s = scalars_(slot.scalar_set);
-    const std::int64_t at = c.begin + b * tensor_sum_block;
-    for (int j = 0; j < interleave; ++j)
-      for (int k = 0; k < K; ++k) out[j][k] = 0.0;
-    for (std::int64_t e = 0; e < tensor_sum_block; ++e)
-      for (int j = 0; j < interleave; ++j) {
-        float w, g, a[3], x[K];
-        read_inputs<ParamT, GradT, MasterT>(slot, dtypes_, Policy::arrays_of(V),
-                                            at + j * tensor_sum_block + e, w, g, a);
-        Policy::measure(w, g, a[0], a[1], a[2], s, x);
-        for (int k = 0; k < K; ++k)
-          out[j][k] += static_cast<double>(x[k]) * static_cast<double>(x[k]);
+    const std::int64_t n = c.end - at < tensor_sum_block ? c.end - at : tensor_sum_block;
+    float x[K][tensor_sum_block];
+    for (int e = 0; e < tensor_sum_block; ++e) {
+      float w, g, a[3], v[K] = {};
+      if (e < n) {
+        read_inputs<ParamT, GradT, MasterT>(slot, dtypes_, Policy::arrays_of(V), at + e, w, g, a);
+        Policy::measure(w, g, a[0], a[1], a[2], s, v);
       }
+      for (int k = 0; k < K; ++k) x[k][e] = e < n ? v[k] : 0.0f;
+    }
+    for (int k = 0; k < K; ++k) out[k] = block_square_sum(x[k]);
   }
+  /// Host: chunk c in strips (measure_strip), each block's sums added to the chunk's in
+  /// order.
   KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t c) const {
+    constexpr int S = measure_strip_size;
     const Chunk chunk = chunks_(c);
+    const UpdateSlot& slot = slots_(chunk.slot);
+    const Scalars& s = scalars_(slot.scalar_set);
     ExactSum acc[K];
     ExponentWindow window[K];  // exact: the same bits as acc[k].add of each block sum
-    const std::int64_t whole = (chunk.end - chunk.begin) / tensor_sum_block;
-    std::int64_t b = 0;
-    for (; b + interleave <= whole; b += interleave) {
-      double sums[interleave][K];
-      blocks(chunk, b, sums);
-      for (int j = 0; j < interleave; ++j)
-        for (int k = 0; k < K; ++k) window[k].add(sums[j][k], acc[k]);
-    }
-    for (; b < blocks_of(chunk); ++b) {
-      double sums[K];
-      block(chunk, b, sums);
-      for (int k = 0; k < K; ++k) window[k].add(sums[k], acc[k]);
+    alignas(64) float x[K * S];
+    for (std::int64_t at = chunk.begin; at < chunk.end; at += S) {
+      const int n = static_cast<int>(chunk.end - at < S ? chunk.end - at : S);
+      measure_strip<Policy, V, ParamT, GradT, MasterT>(slot, dtypes_, at, n, s, x);
+      for (int b = 0; b * tensor_sum_block < n; ++b)
+        for (int k = 0; k < K; ++k)
+          window[k].add(block_square_sum(x + k * S + b * tensor_sum_block), acc[k]);
     }
     for (int k = 0; k < K; ++k) {
       window[k].flush(acc[k]);
