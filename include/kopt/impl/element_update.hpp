@@ -50,6 +50,20 @@ inline constexpr bool valid_form =
        std::is_same_v<typename F::MasterT, RoundStochastic>)&&std::is_same_v<ParamT, bfloat16>)) &&
     (std::is_same_v<typename F::StateT, float> || std::is_same_v<typename F::StateT, bfloat16>);
 
+/// Whether a policy's update takes a per-row and a per-column factor (Adafactor's): its
+/// slots' state[0] holds a factor per column and state[1] one per row (the param read as rows
+/// of UpdateSlot::cols elements); the update kernel binds the column's as the first array
+/// element (read, not written) and sets the row's as Scalars::row.
+template <class Policy>
+inline constexpr bool row_factored = requires {
+  Policy::row_factored;
+};
+
+/// The arrays variant V's update binds: those it keeps, and a row-factored policy's column
+/// factors.
+template <class Policy, int V>
+inline constexpr unsigned bound_arrays = Policy::arrays_of(V) | (row_factored<Policy> ? 1u : 0u);
+
 /// Where a chunk's elements get their random bits (Rounding::stochastic; unused otherwise):
 /// the key of its param and step, and the index of the slot's element 0 in the whole tensor.
 struct ChunkRounding {
@@ -119,7 +133,7 @@ KOKKOS_FORCEINLINE_FUNCTION void fused_element(
     typename F::StateT* KOPT_RESTRICT s1, typename F::StateT* KOPT_RESTRICT s2,
     const typename Policy::Scalars& s, const ChunkRounding& r) {
   static_assert(valid_form<ParamT, F>);
-  constexpr unsigned kept = Policy::arrays_of(V);
+  constexpr unsigned kept = bound_arrays<Policy, V>;
   float unused0 = 0.0f, unused1 = 0.0f, unused2 = 0.0f, w0 = 0.0f, w1 = 0.0f, w2 = 0.0f;
   float& a0 = (kept & 1u) ? state_ref(s0, i, w0) : unused0;
   float& a1 = (kept & 2u) ? state_ref(s1, i, w1) : unused1;
@@ -144,7 +158,7 @@ KOKKOS_FORCEINLINE_FUNCTION void prefetch_update(std::int64_t i, const ParamT* p
                                                  const GradT* grad, const MasterT* master,
                                                  const StateT* s0, const StateT* s1,
                                                  const StateT* s2) {
-  constexpr unsigned kept = State ? Policy::arrays_of(V) : 0u;
+  constexpr unsigned kept = State ? bound_arrays<Policy, V> : 0u;
   const std::int64_t a = i + update_prefetch_elements;
   prefetch_ahead(param, a);
   prefetch_ahead(grad, a);
@@ -167,7 +181,7 @@ KOPT_LOOP_FUNCTION void fused_host_loop(
     const GradT* KOPT_RESTRICT grad, typename F::MasterT* KOPT_RESTRICT master,
     typename F::StateT* KOPT_RESTRICT s0, typename F::StateT* KOPT_RESTRICT s1,
     typename F::StateT* KOPT_RESTRICT s2, const typename Policy::Scalars s, const ChunkRounding r) {
-  constexpr unsigned kept = Policy::arrays_of(V);
+  constexpr unsigned kept = bound_arrays<Policy, V>;
   std::int64_t i = begin;
 #ifdef KOPT_HAVE_F16C
   // float16 params or grads: blocks of 16 with the CPU's conversions (f16_blocks.hpp); the
@@ -205,6 +219,7 @@ KOPT_LOOP_FUNCTION void fused_host_loop(
     // went 0.82 -> 1.15 of its ceiling with them (2^26, 1 and 2 threads, 2-core Xeon).
     if constexpr (kept != 0 || !std::is_same_v<ParamT, float>)
       prefetch_update<Policy, V, PrefetchState>(i, param, grad, master, s0, s1, s2);
+    KOPT_VECTOR_LOOP
     for (int k = 0; k < update_prefetch_stride; ++k)
       fused_element<Policy, V, ParamT, GradT, F>(i + k, param, grad, master, s0, s1, s2, s, r);
   }

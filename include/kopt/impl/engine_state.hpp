@@ -22,7 +22,6 @@
 
 namespace kopt::Impl {
 
-
 /// What picks a param's compiled update: its dtypes and its group's form of the update.
 struct ClassKey {
   DType param, grad;
@@ -95,8 +94,8 @@ class EngineState {
     require_kokkos(label_.c_str());
     const auto [moments, sixteen_bit] = registry.lay_out();
     const std::int64_t masters = storage_.master == MasterStorage::none ? 0
-                                 : masters_ == Masters::of_every_param ? moments
-                                                                       : sixteen_bit;
+                                 : masters_ == Masters::of_every_param  ? moments
+                                                                        : sixteen_bit;
     const unsigned needed = arrays_needed(registry);
     const auto sized = [](const FloatView& v, std::int64_t n) {
       return static_cast<std::int64_t>(v.extent(0)) == n;
@@ -159,13 +158,12 @@ class EngineState {
     const std::int64_t m = master_at(e);
     slot.master = m >= 0 && !remainders() ? master_.data() + m + begin : nullptr;
     slot.remainder = m >= 0 && remainders() ? remainder_.data() + m + begin : nullptr;
-    slot.rounding_stream = storage_.rounding == Rounding::stochastic
-                               ? rounding_stream(storage_.seed, e.name)
-                               : 0;
+    slot.rounding_stream =
+        storage_.rounding == Rounding::stochastic ? rounding_stream(storage_.seed, e.name) : 0;
     slot.first_index = e.param.global_offset + begin;
     for (std::size_t k = 0; k < arrays_.size(); ++k) {
       const std::int64_t at = e.state_offset + begin;
-      slot.state[k] = !held(k)                   ? nullptr
+      slot.state[k] = !held(k)                  ? nullptr
                       : dtype(k) == DType::bf16 ? static_cast<void*>(bf16_[k].data() + at)
                       : dtype(k) == DType::f16  ? static_cast<void*>(f16_[k].data() + at)
                                                 : static_cast<void*>(arrays_[k].data() + at);
@@ -363,9 +361,9 @@ class EngineState {
   std::array<FloatView, Policy::num_arrays> arrays_;
   std::array<Bf16View, Policy::num_arrays> bf16_;
   std::array<F16View, Policy::num_arrays> f16_;
-  FloatView master_;          ///< MasterStorage::f32
-  RemainderView remainder_;   ///< MasterStorage::remainder
-  LoadedTies ties_;  ///< see write()
+  FloatView master_;         ///< MasterStorage::f32
+  RemainderView remainder_;  ///< MasterStorage::remainder
+  LoadedTies ties_;          ///< see write()
 };
 
 }  // namespace kopt::Impl

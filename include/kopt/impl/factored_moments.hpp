@@ -1,13 +1,15 @@
 #pragma once
 /// \file
-/// Adafactor's per-param work (kopt/adafactor_config.hpp), in place on one param's scaled
-/// grad g (a tensor stage's fp32 directions, kopt/impl/tensor_stage.hpp): the second-moment
-/// statistics (row and column factors of a matrix, or the variance of a vector) updated,
-/// and g replaced by the direction u = g / sqrt(max(V, eps1^2)). Every sum is in double in
-/// one fixed order (a row or a block in 16 lanes; a column in row order, on the host per
-/// block of rows and the blocks in order; the rows and blocks added in order on the host), so
-/// the result is the same bits on every thread count (not between host and device spaces,
-/// whose column orders differ).
+/// Adafactor's per-param work (kopt/adafactor_config.hpp), read from one param's grad (any
+/// dtype; scaled by the step's grad scale as it is read): the second-moment statistics (row
+/// and column factors of a matrix, or the variance of a vector) updated, each row's factor
+/// R_i / max(mean R, eps1) into the param's scratch, and ||u||^2 of its direction
+/// u = g / sqrt(max(V, eps1^2)) (factored_u, which the update kernel recomputes: nothing per
+/// element is stored between the passes). Every sum is in double in one fixed order (a row
+/// or a block in 16 lanes; a column in row order, on the host per block of rows and the
+/// blocks in order; the rows and blocks added in order on the host), so the result is the
+/// same bits on every thread count (not between host and device spaces, whose column orders
+/// differ).
 
 #include <Kokkos_Core.hpp>
 #include <algorithm>
@@ -15,6 +17,8 @@
 #include <cstdint>
 #include <kopt/adafactor_config.hpp>
 #include <kopt/compat.hpp>
+#include <kopt/dtype.hpp>
+#include <kopt/storage_types.hpp>
 #include <kopt/tensor.hpp>
 #include <string>
 
@@ -27,6 +31,12 @@ inline constexpr std::int64_t factored_vector_block = 4096;
 /// (variance) for a param without a shape, none for an empty one.
 inline std::int64_t factored_state_size(const Tensor& p) {
   return AdafactorConfig::tensor_state_size(p.is_matrix() ? p.rows : -1, p.cols, p.numel);
+}
+
+/// Floats of a param's factors (factored_step): rows + cols for a matrix, 1 + numel for a
+/// vector, none for an empty param.
+inline std::int64_t factored_scratch_size(const Tensor& p) {
+  return p.numel == 0 ? 0 : p.is_matrix() ? p.rows + p.cols : 1 + p.numel;
 }
 
 /// Rows per block of a matrix's statistics pass on the host: at most 64 blocks, each a
@@ -67,11 +77,29 @@ struct FactoredWork {
   }
 };
 
-/// The step's floats: b = t^beta2_decay (the statistics' lerp weight) and eps1.
+/// The step's floats: b = t^beta2_decay (the statistics' lerp weight), eps1, and the scale
+/// of the grads.
 struct FactoredCoefficients {
   float beta;
   float eps1;
+  float grad_scale;
 };
+
+/// 1 / sqrt(x): a row's or a column's factor of the direction.
+KOKKOS_FORCEINLINE_FUNCTION float inverse_root(float x) { return 1.0f / KOPT_SQRT(x); }
+
+/// 1 / sqrt(eps1^2): the largest factor the direction takes (where V is below eps1^2).
+inline float factored_cap(float eps1) { return inverse_root(eps1 * eps1); }
+
+/// Element (i, j)'s direction from its scaled grad g, its row's factor a = 1 / sqrt(R_i /
+/// max(mean R, eps1)) and its column's b = 1 / sqrt(C_j) (a vector: 1 and 1 / sqrt(V_i)):
+/// g min(a b, cap), which is g / sqrt(max(V, eps1^2)) for V = (R_i / mean) C_j up to the
+/// rounding of the factors. Two multiplies and a compare per element, where a square root
+/// and a divide per element made the norm pass compute-bound (2.4x a read of the grad).
+KOKKOS_FORCEINLINE_FUNCTION float factored_u(float g, float row, float col, float cap) {
+  const float f = row * col;
+  return g * (f < cap ? f : cap);
+}
 
 namespace detail {
 /// Lanes of a sum over a row or a block: element k goes to lane k mod sum_lanes, the lanes
@@ -80,204 +108,258 @@ namespace detail {
 /// dependent adds, which left the row sums latency-bound (0.2 of the memory ceiling).
 inline constexpr int sum_lanes = 16;
 
-/// Row i: R_i <- R_i + b (mean_j g_ij^2 - R_i); sums(i) = the new R_i.
+/// How far ahead (elements) the statistics' passes ask the cache for the grad.
+inline constexpr std::int64_t factored_prefetch = 512;
+
+/// The sum of value(j)^2 over j in [0, n) in sum_lanes lanes; value(j) a float (it may add
+/// its square elsewhere too). Asks the cache for `stream` (the row read) ahead, if given:
+/// without, the norm pass read the grad at 0.55 of a plain read's rate.
+template <class Value, class T = float>
+KOKKOS_FORCEINLINE_FUNCTION double lane_square_sum(std::int64_t n, const Value& value,
+                                                   const T* stream = nullptr) {
+  double lane[sum_lanes] = {};
+  std::int64_t j = 0;
+  for (; j + sum_lanes <= n; j += sum_lanes) {
+    if (stream != nullptr) prefetch_ahead(stream, j + factored_prefetch);
+    KOPT_VECTOR_LOOP
+    for (int k = 0; k < sum_lanes; ++k) {
+      const double v = value(j + k);
+      lane[k] += v * v;
+    }
+  }
+  double s = 0.0;
+  for (int k = 0; k < sum_lanes; ++k) s += lane[k];
+  for (; j < n; ++j) {
+    const double v = value(j);
+    s += v * v;
+  }
+  return s;
+}
+
+/// R <- R + b (mean - R), the statistics' lerp.
+KOKKOS_FORCEINLINE_FUNCTION float lerp_to(float r, double sum, std::int64_t count, float beta) {
+  return r + beta * (static_cast<float>(sum / static_cast<double>(count)) - r);
+}
+
+/// Devices, a thread per row i: R_i <- lerp to mean_j g_ij^2; sums(i) = the new R_i.
+template <class GradT>
 struct FactorRows {
-  const float* g;
+  const GradT* g;
+  float scale;
   float* row_var;
   double* sums;
   std::int64_t cols;
   float beta;
   KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t i) const {
-    const float* row = g + i * cols;
-    double lane[sum_lanes] = {};
-    std::int64_t j = 0;
-    for (; j + sum_lanes <= cols; j += sum_lanes)
-      for (int k = 0; k < sum_lanes; ++k) {
-        const double v = row[j + k];
-        lane[k] += v * v;
-      }
-    double s = 0.0;
-    for (int k = 0; k < sum_lanes; ++k) s += lane[k];
-    for (; j < cols; ++j) {
-      const double v = row[j];
-      s += v * v;
-    }
-    const float r = row_var[i];
-    row_var[i] = r + beta * (static_cast<float>(s / static_cast<double>(cols)) - r);
+    const GradT* row = g + i * cols;
+    const double s =
+        lane_square_sum(cols, [&](std::int64_t j) { return to_float(row[j]) * scale; });
+    row_var[i] = lerp_to(row_var[i], s, cols, beta);
     sums[i] = row_var[i];
   }
 };
 
-/// Devices, a thread per column j: C_j <- C_j + b (mean_i g_ij^2 - C_j), summed in row order
-/// (a warp reads a row's neighbouring elements together).
+/// Devices, a thread per column j: C_j <- lerp to mean_i g_ij^2, summed in row order (a warp
+/// reads a row's neighbouring elements together).
+template <class GradT>
 struct FactorColumns {
-  const float* g;
+  const GradT* g;
+  float scale;
   float* col_var;
+  float* col_factor;
   std::int64_t rows, cols;
   float beta;
   KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t j) const {
     double s = 0.0;
     for (std::int64_t i = 0; i < rows; ++i) {
-      const double v = g[i * cols + j];
+      const double v = to_float(g[i * cols + j]) * scale;
       s += v * v;
     }
-    const float c = col_var[j];
-    col_var[j] = c + beta * (static_cast<float>(s / static_cast<double>(rows)) - c);
+    col_var[j] = lerp_to(col_var[j], s, rows, beta);
+    col_factor[j] = inverse_root(col_var[j]);
   }
 };
 
+/// Rows row[0..R) of a matrix (R = 1 or 4): s[q] = row q's sum of squares in
+/// lane_square_sum's order, and part[j] += the rows' squares of column j, the four added
+/// in pairs ((0 + 1) + (2 + 3)). Four rows at a time read and write the column sums a quarter
+/// as often: one row at a time, they cost as much as the grad's read.
+template <int R, class GradT>
+KOKKOS_FORCEINLINE_FUNCTION void row_group_sums(const GradT* const (&row)[R], std::int64_t cols,
+                                                float scale, double* part, double (&s)[R]) {
+  static_assert(R == 1 || R == 4);
+  const auto squares = [&](std::int64_t j, double(&sq)[R]) {
+    for (int q = 0; q < R; ++q) {
+      const double v = to_float(row[q][j]) * scale;
+      sq[q] = v * v;
+    }
+    if constexpr (R == 1)
+      part[j] += sq[0];
+    else
+      part[j] += (sq[0] + sq[1]) + (sq[2] + sq[3]);
+  };
+  double lane[R][sum_lanes] = {};
+  std::int64_t j = 0;
+  for (; j + sum_lanes <= cols; j += sum_lanes)
+    for (int k = 0; k < sum_lanes; ++k) {
+      double sq[R];
+      squares(j + k, sq);
+      for (int q = 0; q < R; ++q) lane[q][k] += sq[q];
+    }
+  for (int q = 0; q < R; ++q) {
+    s[q] = 0.0;
+    for (int k = 0; k < sum_lanes; ++k) s[q] += lane[q][k];
+  }
+  for (; j < cols; ++j) {
+    double sq[R];
+    squares(j, sq);
+    for (int q = 0; q < R; ++q) s[q] += sq[q];
+  }
+}
+
 /// Host, a thread per block of rows (factored_row_block): each row's sum as FactorRows
-/// does, and the block's sum of each column in row order into parts(block, j), in the same
-/// read of the rows (a thread per block of columns, reading the matrix down its columns,
-/// ran at half the rate).
+/// does, and the block's sum of each column into parts(block, j) (row_group_sums: groups
+/// of four rows from the block's first, then one at a time), in the same read of the rows
+/// (a thread per block of columns, reading the matrix down its columns, ran at half the
+/// rate).
+template <class GradT>
 struct FactorRowBlock {
-  const float* g;
+  const GradT* g;
+  float scale;
   float* row_var;
   double* sums;
   double* parts;
   std::int64_t rows, cols, block_rows;
   float beta;
+  KOKKOS_INLINE_FUNCTION void finish(std::int64_t i, double s) const {
+    row_var[i] = lerp_to(row_var[i], s, cols, beta);
+    sums[i] = row_var[i];
+  }
   KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t rb) const {
     double* part = parts + rb * cols;
     for (std::int64_t j = 0; j < cols; ++j) part[j] = 0.0;
     const std::int64_t end = rows < (rb + 1) * block_rows ? rows : (rb + 1) * block_rows;
-    for (std::int64_t i = rb * block_rows; i < end; ++i) {
-      const float* row = g + i * cols;
-      double lane[sum_lanes] = {};
-      std::int64_t j = 0;
-      for (; j + sum_lanes <= cols; j += sum_lanes)
-        for (int k = 0; k < sum_lanes; ++k) {
-          const double v = row[j + k];
-          lane[k] += v * v;
-          part[j + k] += v * v;
-        }
-      double s = 0.0;
-      for (int k = 0; k < sum_lanes; ++k) s += lane[k];
-      for (; j < cols; ++j) {
-        const double v = row[j];
-        s += v * v;
-        part[j] += v * v;
-      }
-      const float r = row_var[i];
-      row_var[i] = r + beta * (static_cast<float>(s / static_cast<double>(cols)) - r);
-      sums[i] = row_var[i];
+    std::int64_t i = rb * block_rows;
+    for (; i + 4 <= end; i += 4) {
+      const GradT* const four[4] = {g + i * cols, g + (i + 1) * cols, g + (i + 2) * cols,
+                                    g + (i + 3) * cols};
+      double s[4];
+      row_group_sums<4>(four, cols, scale, part, s);
+      for (int q = 0; q < 4; ++q) finish(i + q, s[q]);
+    }
+    for (; i < end; ++i) {
+      const GradT* const one[1] = {g + i * cols};
+      double s[1];
+      row_group_sums<1>(one, cols, scale, part, s);
+      finish(i, s[0]);
     }
   }
 };
 
-/// Host, column j: C_j <- C_j + b (mean_i g_ij^2 - C_j), its blocks' sums added in order.
+/// Host, column j: C_j <- lerp to mean_i g_ij^2, its blocks' sums added in order.
 struct FactorColumnParts {
   const double* parts;
   float* col_var;
+  float* col_factor;
   std::int64_t rows, cols, blocks;
   float beta;
   KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t j) const {
     double s = 0.0;
     for (std::int64_t rb = 0; rb < blocks; ++rb) s += parts[rb * cols + j];
-    const float c = col_var[j];
-    col_var[j] = c + beta * (static_cast<float>(s / static_cast<double>(rows)) - c);
+    col_var[j] = lerp_to(col_var[j], s, rows, beta);
+    col_factor[j] = inverse_root(col_var[j]);
   }
 };
 
-/// Row i of a matrix: g_ij <- g_ij / sqrt(max(R_i C_j / mean, eps1^2)); sums(i) = sum of
-/// the new g_ij^2.
-struct FactoredDirection {
-  float* g;
+/// Row i's factor: 1 / sqrt(R_i / divisor).
+struct RowFactors {
   const float* row_var;
-  const float* col_var;
+  float* factors;
+  float divisor;
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t i) const {
+    factors[i] = inverse_root(row_var[i] / divisor);
+  }
+};
+
+/// A vector's one row factor: 1.
+struct UnitFactor {
+  float* factor;
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t i) const { factor[i] = 1.0f; }
+};
+
+/// Row i of a matrix: sums(i) = the sum of u_ij^2 (factored_u).
+template <class GradT>
+struct FactoredNorm {
+  const GradT* g;
+  float scale;
+  const float* row_factor;
+  const float* col_factor;
   double* sums;
   std::int64_t cols;
-  float mean, floor;
-  KOKKOS_FORCEINLINE_FUNCTION float direction(std::int64_t i, std::int64_t j) const {
-    const float v = row_var[i] * col_var[j] / mean;
-    const float u = g[i * cols + j] * (1.0f / KOPT_SQRT(v > floor ? v : floor));
-    g[i * cols + j] = u;
-    return u;
-  }
+  float cap;
   KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t i) const {
-    double lane[sum_lanes] = {};
-    std::int64_t j = 0;
-    for (; j + sum_lanes <= cols; j += sum_lanes)
-      for (int k = 0; k < sum_lanes; ++k) {
-        const double u = direction(i, j + k);
-        lane[k] += u * u;
-      }
-    double s = 0.0;
-    for (int k = 0; k < sum_lanes; ++k) s += lane[k];
-    for (; j < cols; ++j) {
-      const double u = direction(i, j);
-      s += u * u;
-    }
-    sums[i] = s;
+    const GradT* row = g + i * cols;
+    const float r = row_factor[i];
+    sums[i] = lane_square_sum(
+        cols,
+        [&](std::int64_t j) { return factored_u(to_float(row[j]) * scale, r, col_factor[j], cap); },
+        row);
   }
 };
 
-/// Block b of a vector: V_i <- V_i + b (g_i^2 - V_i), g_i <- g_i / sqrt(max(V_i, eps1^2));
-/// sums(b) = the sum of the new g_i^2 over the block.
-struct VectorDirection {
-  float* g;
+/// Block b of a vector: V_i <- V_i + b (g_i^2 - V_i), its factor 1 / sqrt(V_i); sums(b) =
+/// the sum of u_i^2 over the block (factored_u with a row factor of 1).
+template <class GradT>
+struct VectorStep {
+  const GradT* g;
+  float scale;
   float* variance;
+  float* factor;
   double* sums;
   std::int64_t numel;
-  float beta, floor;
+  float beta, cap;
   KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t b) const {
     const std::int64_t begin = b * factored_vector_block;
-    const std::int64_t end =
-        numel - begin < factored_vector_block ? numel : begin + factored_vector_block;
-    double lane[sum_lanes] = {};
-    std::int64_t i = begin;
-    for (; i + sum_lanes <= end; i += sum_lanes)
-      for (int k = 0; k < sum_lanes; ++k) {
-        const double u = direction(i + k);
-        lane[k] += u * u;
-      }
-    double s = 0.0;
-    for (int k = 0; k < sum_lanes; ++k) s += lane[k];
-    for (; i < end; ++i) {
-      const double u = direction(i);
-      s += u * u;
-    }
-    sums[b] = s;
-  }
-  KOKKOS_FORCEINLINE_FUNCTION float direction(std::int64_t i) const {
-    const float v = variance[i] + beta * (g[i] * g[i] - variance[i]);
-    variance[i] = v;
-    const float u = g[i] * (1.0f / KOPT_SQRT(v > floor ? v : floor));
-    g[i] = u;
-    return u;
+    const std::int64_t n =
+        numel - begin < factored_vector_block ? numel - begin : factored_vector_block;
+    sums[b] = lane_square_sum(n, [&](std::int64_t k) {
+      const std::int64_t i = begin + k;
+      const float x = to_float(g[i]) * scale;
+      const float v = variance[i] + beta * (x * x - variance[i]);
+      variance[i] = v;
+      factor[i] = inverse_root(v);
+      return factored_u(x, 1.0f, factor[i], cap);
+    });
   }
 };
-}  // namespace detail
 
-/// Updates the statistics `state` (factored_state_size(p) floats) of param `p` from its
-/// scaled grad at `g` and replaces g by its direction u; returns ||u||^2. Runs on
-/// ExecSpace's default instance and returns when done; the caller fences its own first.
-template <class ExecSpace>
-double factored_direction(float* g, const Tensor& p, float* state, const FactoredCoefficients& k,
-                          FactoredWork<ExecSpace>& work) {
+/// factored_step for grads of type GradT.
+template <class ExecSpace, class GradT>
+double factored_step_of(const GradT* g, const Tensor& p, float* state, float* factors,
+                        const FactoredCoefficients& k, FactoredWork<ExecSpace>& work) {
   using Range = Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>;
   const ExecSpace space{};
-  const float floor = k.eps1 * k.eps1;
+  const float cap = factored_cap(k.eps1), scale = k.grad_scale;
   std::int64_t parts = 0;
-  if (p.numel == 0) return 0.0;
   if (p.is_matrix()) {
     const std::int64_t rows = p.rows, cols = p.cols;
     float* row_var = state;
     float* col_var = state + rows;
+    float* col_factor = factors + rows;
     if constexpr (runs_on_host<ExecSpace>) {
       const std::int64_t block = factored_row_block(rows), blocks = (rows + block - 1) / block;
       Kokkos::parallel_for(
           "kopt::adafactor::row_blocks", Range(0, blocks),
-          detail::FactorRowBlock{g, row_var, work.sums.data(), work.column_parts.data(), rows, cols,
-                                 block, k.beta});
-      Kokkos::parallel_for(
-          "kopt::adafactor::columns", Range(0, cols),
-          detail::FactorColumnParts{work.column_parts.data(), col_var, rows, cols, blocks, k.beta});
+          FactorRowBlock<GradT>{g, scale, row_var, work.sums.data(), work.column_parts.data(), rows,
+                                cols, block, k.beta});
+      Kokkos::parallel_for("kopt::adafactor::columns", Range(0, cols),
+                           FactorColumnParts{work.column_parts.data(), col_var, col_factor, rows,
+                                             cols, blocks, k.beta});
     } else {
       Kokkos::parallel_for("kopt::adafactor::rows", Range(0, rows),
-                           detail::FactorRows{g, row_var, work.sums.data(), cols, k.beta});
+                           FactorRows<GradT>{g, scale, row_var, work.sums.data(), cols, k.beta});
       Kokkos::parallel_for("kopt::adafactor::columns", Range(0, cols),
-                           detail::FactorColumns{g, col_var, rows, cols, k.beta});
+                           FactorColumns<GradT>{g, scale, col_var, col_factor, rows, cols, k.beta});
     }
     Kokkos::deep_copy(space, work.sums_host, work.sums);
     space.fence();
@@ -285,21 +367,46 @@ double factored_direction(float* g, const Tensor& p, float* state, const Factore
     for (std::int64_t i = 0; i < rows; ++i) mean += work.sums_host(i);
     mean /= static_cast<double>(rows);
     const auto divisor = std::max(static_cast<float>(mean), k.eps1);
+    Kokkos::parallel_for("kopt::adafactor::row_factors", Range(0, rows),
+                         RowFactors{row_var, factors, divisor});
     Kokkos::parallel_for(
-        "kopt::adafactor::direction", Range(0, rows),
-        detail::FactoredDirection{g, row_var, col_var, work.sums.data(), cols, divisor, floor});
+        "kopt::adafactor::norm", Range(0, rows),
+        FactoredNorm<GradT>{g, scale, factors, col_factor, work.sums.data(), cols, cap});
     parts = rows;
   } else {
+    Kokkos::parallel_for("kopt::adafactor::row_factor", Range(0, 1), UnitFactor{factors});
     parts = (p.numel + factored_vector_block - 1) / factored_vector_block;
     Kokkos::parallel_for(
         "kopt::adafactor::vector", Range(0, parts),
-        detail::VectorDirection{g, state, work.sums.data(), p.numel, k.beta, floor});
+        VectorStep<GradT>{g, scale, state, factors + 1, work.sums.data(), p.numel, k.beta, cap});
   }
   Kokkos::deep_copy(space, work.sums_host, work.sums);
   space.fence();
   double squares = 0.0;
   for (std::int64_t i = 0; i < parts; ++i) squares += work.sums_host(i);
   return squares;
+}
+}  // namespace detail
+
+/// Updates the statistics `state` (factored_state_size(p) floats) of param `p` from its
+/// grad (`grad`, of `dtype`) scaled by k.grad_scale, writes its factors (factored_scratch_size
+/// floats: a matrix's row factors, then its column factors; a vector's 1, then one per
+/// element) to `factors`, and returns ||u||^2. Runs on ExecSpace's default
+/// instance and returns when done; the caller fences its own first.
+template <class ExecSpace>
+double factored_step(const void* grad, DType dtype, const Tensor& p, float* state, float* factors,
+                     const FactoredCoefficients& k, FactoredWork<ExecSpace>& work) {
+  if (p.numel == 0) return 0.0;
+  switch (dtype) {
+    case DType::bf16:
+      return detail::factored_step_of(static_cast<const bfloat16*>(grad), p, state, factors, k,
+                                      work);
+    case DType::f16:
+      return detail::factored_step_of(static_cast<const float16*>(grad), p, state, factors, k,
+                                      work);
+    default:
+      return detail::factored_step_of(static_cast<const float*>(grad), p, state, factors, k, work);
+  }
 }
 
 }  // namespace kopt::Impl

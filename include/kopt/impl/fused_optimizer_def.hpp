@@ -362,15 +362,17 @@ void FusedOptimizer<ExecSpace, Policy>::step(double grad_scale,
     rates_.set_rates(exec_, sums, slots_host_, scalars_host_, signature_, updated_);
   }
   if constexpr (Impl::has_tensor_stage<Policy>) {
-    // Directions in place of the params, transformed, then in place of the grads.
+    // The stage's passes (directions in place of the params, then of the grads; or the
+    // update alone), each param transformed between them.
     stage_.run(
         exec_, registry_, updated_, slots_host_, scalars_host_,
-        [&](int pass, const auto& slots) {
+        [&](const Impl::StagePass& pass, const auto& slots) {
           for (const KernelClass& kc : classes_)
             Impl::launch_update<ExecSpace, Policy>(
-                exec_, label_ + (pass == 0 ? "::directions" : "::update"),
-                pass == 0 ? DType::f32 : kc.key.param, pass == 0 ? kc.key.grad : DType::f32, pass,
-                state_.storage(), slots, scalars_, row_steps_, kc.chunks, stage_.rates());
+                exec_, label_ + (pass.f32_params ? "::directions" : "::update"),
+                pass.f32_params ? DType::f32 : kc.key.param,
+                pass.f32_grads ? DType::f32 : kc.key.grad, pass.variant, state_.storage(), slots,
+                scalars_, row_steps_, kc.chunks, stage_.rates());
         },
         [&](std::size_t i) {
           if constexpr (Impl::has_tensor_sums<Policy>)

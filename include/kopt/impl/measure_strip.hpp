@@ -68,6 +68,14 @@ KOKKOS_FORCEINLINE_FUNCTION double block_square_sum(const float* x) {
 #endif
 }
 
+/// Whether a policy's measure reads the grad: all but those that say it does not (Adafactor,
+/// which measures the param alone).
+template <class Policy>
+inline constexpr bool measure_reads_grad = !requires {
+  Policy::measure_reads_grad;
+}
+|| requires { requires Policy::measure_reads_grad; };
+
 /// Elements per host strip: 8 blocks, one 512-byte line pair of each fp32 stream.
 inline constexpr int measure_strip_size = 8 * tensor_sum_block;
 
@@ -135,7 +143,9 @@ KOKKOS_INLINE_FUNCTION void measure_strip(const UpdateSlot& slot, const StateDTy
   } else {
     w = stream_in(param, at, n, w_scratch);
   }
-  const float* g = stream_in(static_cast<const GradT*>(slot.grad), at, n, g_scratch);
+  const float* g = w;  // a measure of the param alone reads no grad (its g has no meaning)
+  if constexpr (measure_reads_grad<Policy>)
+    g = stream_in(static_cast<const GradT*>(slot.grad), at, n, g_scratch);
   const float* a[3];
   for (int k = 0; k < 3; ++k)
     a[k] = (kept >> k & 1u) != 0

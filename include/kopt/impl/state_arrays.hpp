@@ -30,10 +30,10 @@ using StateArrays = std::array<T*, kStateSlots>;
 /// on the 2-core EPYC, 1 thread, fp32 at 2^24: 22-24 GB/s without, 30-31 GB/s with.
 inline constexpr std::size_t state_stagger_floats = 272;
 
-/// `old` (state array `which`, of floats or 16-bit remainders) grown to n elements (returned as it is when it has them): a new
-/// array, advised onto huge pages before its first touch when it is host memory, zero-filled on
-/// `exec` (so the threads that update a page touch it first, and fresh state starts at 0), then
-/// `old` copied in. A failure leaves `old` as it was.
+/// `old` (state array `which`, of floats or 16-bit remainders) grown to n elements (returned as it
+/// is when it has them): a new array, advised onto huge pages before its first touch when it is
+/// host memory, zero-filled on `exec` (so the threads that update a page touch it first, and fresh
+/// state starts at 0), then `old` copied in. A failure leaves `old` as it was.
 template <class View, class Exec>
 View grow_state_array(const Exec& exec, const View& old, std::int64_t n, const std::string& label,
                       StateArray which) {

@@ -1,15 +1,18 @@
 #pragma once
 /// \file
 /// An engine's tensor stage, for a policy whose update needs each param whole
-/// (Policy::tensor_stage: Muon, Adafactor). The step runs in three parts, all on the
-/// engine's chunk tables and kernels:
-///   1. variant 0 of the update over every element, with a workspace of fp32 directions in
-///      place of the params: it updates the state and writes each element's direction;
-///   2. Policy::transform on each param's directions, whole (a rows x cols matrix where it
-///      has a shape), with the param's own state (Policy::tensor_state_size floats, if the
-///      policy keeps any: Adafactor's factored statistics): it returns the param's rate;
-///   3. variant 1 over every element, with the transformed directions in place of the
-///      grads: it writes the params (masters, rounding: the usual forms) and no state.
+/// (Policy::tensor_stage: Muon, Adafactor), on the engine's chunk tables and kernels. Two
+/// forms:
+/// - with directions (Muon): variant 0 of the update writes each element's fp32 direction
+///   to a workspace in place of the params (it updates the state); Policy::transform takes
+///   each param's directions whole (a rows x cols matrix) and returns the param's rate;
+///   variant 1 applies them, the directions in place of the grads, writing the params
+///   (masters, rounding: the usual forms) and no state;
+/// - reading the grads (Policy::stage_reads_grads, Adafactor): Policy::transform reads each
+///   param's grad itself (StageGrad) and updates the param's own state (Policy::
+///   tensor_state_size floats: Adafactor's factored statistics) and its scratch
+///   (Policy::stage_scratch_size floats); variant 0 then applies the update, its slots as
+///   Policy::apply_slot sets them. No workspace per element, no pass to fill one.
 /// The rates go to the update kernel as LAMB's do. For every other policy an empty class:
 /// no cost.
 
@@ -26,6 +29,25 @@ namespace kopt::Impl {
 template <class Policy>
 inline constexpr bool has_tensor_stage = requires {
   Policy::tensor_stage;
+};
+template <class Policy>
+inline constexpr bool stage_reads_grads = requires {
+  Policy::stage_reads_grads;
+};
+
+/// One param's grad as a stage that reads the grads gets it, and the param's scratch.
+struct StageGrad {
+  const void* data;
+  DType dtype;
+  float* scratch;  ///< Policy::stage_scratch_size floats
+};
+
+/// A pass of the update kernel the stage asks the engine for: the policy's variant, and
+/// whether the params or the grads are the stage's fp32 workspace.
+struct StagePass {
+  int variant;
+  bool f32_params;
+  bool f32_grads;
 };
 
 /// Floats of per-param state a policy with a tensor stage keeps for `p` (0: none).
@@ -68,14 +90,14 @@ class TensorStage<ExecSpace, Policy, true> {
     for (const std::size_t i : updated) {
       const Tensor& p = registry[i].param;
       offsets[i] = total;
-      total += (p.numel + 15) / 16 * 16;  // each direction 64-byte aligned
+      total += (scratch_size(p) + 15) / 16 * 16;  // each param's 64-byte aligned
       work.reserve(label, p);
     }
     grow_states(label, registry);
     auto directions = directions_;
     if (directions.extent(0) < static_cast<std::size_t>(total)) {
       allocation_point();
-      directions = decltype(directions)(label + "::directions", static_cast<std::size_t>(total));
+      directions = decltype(directions)(label + "::stage_scratch", static_cast<std::size_t>(total));
     }
     allocation_point();
     SlotView first(Kokkos::view_alloc(exec, label + "::direction_slots"), registry.size());
@@ -92,8 +114,12 @@ class TensorStage<ExecSpace, Policy, true> {
       first_host(i).master = nullptr;
       first_host(i).remainder = nullptr;
       second_host(i) = slots_host(i);
-      second_host(i).grad = d;
-      second_host(i).grad_dtype = DType::f32;
+      if constexpr (stage_reads_grads<Policy>) {
+        Policy::apply_slot(second_host(i), registry[i].param, states_[i].data(), d);
+      } else {
+        second_host(i).grad = d;
+        second_host(i).grad_dtype = DType::f32;
+      }
     }
     Kokkos::deep_copy(exec, first, first_host);
     Kokkos::deep_copy(exec, second, second_host);
@@ -114,26 +140,41 @@ class TensorStage<ExecSpace, Policy, true> {
     states_.swap(states);
   }
 
-  /// The step: `launch(pass, slots)` runs variant `pass` of the update over every kernel
-  /// class with those slots (the engine's launch: pass 0 with f32 params, pass 1 with f32
-  /// grads); between them, each updated entry's transform, given `rate_of(i)` (its rate
-  /// from tensor sums, else its scalars'), and its rate from it. Blocks while the
-  /// transforms run.
+  /// The step: `launch(pass, slots)` runs a StagePass of the update over every kernel class
+  /// with those slots (the engine's launch); each updated entry's transform, given
+  /// `rate_of(i)` (its rate from tensor sums, else its scalars'), returns its rate for the
+  /// last pass. Blocks while the transforms run.
   template <class Launch, class RateOf>
   void run(const ExecSpace& exec, const ParamRegistry& registry,
            const std::vector<std::size_t>& updated, const typename SlotView::HostMirror& slots_host,
            const typename Kokkos::View<Scalars*, memory_space>::HostMirror& scalars_host,
            Launch&& launch, RateOf&& rate_of) {
-    launch(0, first_);
-    fence(exec, "kopt::TensorStage::directions");
+    if constexpr (!stage_reads_grads<Policy>) launch(StagePass{0, true, false}, first_);
+    fence(exec, "kopt::TensorStage::transform");
     for (const std::size_t i : updated) {
       const Scalars& s = scalars_host(slots_host(i).scalar_set);
-      rates_host_(i) =
-          Policy::template transform<ExecSpace>(directions_.data() + offsets_[i], registry[i].param,
-                                                s, rate_of(i), work_, states_[i].data());
+      float* scratch = directions_.data() + offsets_[i];
+      if constexpr (stage_reads_grads<Policy>)
+        rates_host_(i) = Policy::template transform<ExecSpace>(
+            StageGrad{slots_host(i).grad, slots_host(i).grad_dtype, scratch}, registry[i].param, s,
+            rate_of(i), work_, states_[i].data());
+      else
+        rates_host_(i) = Policy::template transform<ExecSpace>(
+            scratch, registry[i].param, s, rate_of(i), work_, states_[i].data());
     }
     Kokkos::deep_copy(exec, rates_, rates_host_);
-    launch(1, second_);
+    if constexpr (stage_reads_grads<Policy>)
+      launch(StagePass{0, false, false}, second_);
+    else
+      launch(StagePass{1, false, true}, second_);
+  }
+
+  /// Floats of scratch param `p` takes: its directions, or what the policy asks for.
+  static std::int64_t scratch_size(const Tensor& p) {
+    if constexpr (stage_reads_grads<Policy>)
+      return Policy::stage_scratch_size(p);
+    else
+      return p.numel;
   }
 
   /// Floats of entry i's per-param state (0 before the plan that first sees it).

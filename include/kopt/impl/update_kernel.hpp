@@ -42,6 +42,7 @@ struct UpdateSlot {
   std::uint64_t rounding_stream = 0;   ///< Rounding::stochastic: rounding_stream(seed, name)
   std::int64_t first_index = 0;        ///< element 0's index in the whole tensor
   DType grad_dtype = DType::f32;       ///< for the norm, which reads grads of every dtype at once
+  std::int64_t cols = 0;  ///< a row-factored policy's row length (its apply slots only)
 };
 
 /// Elements [begin, end) of slot `slot`.
@@ -118,7 +119,9 @@ struct FusedUpdateFunctor {
     auto* param = static_cast<ParamT*>(slot.param);
     const auto* grad = static_cast<const GradT*>(slot.grad);
     const Scalars s = scalars_of(chunk, slot);
-    if constexpr (narrow)
+    if constexpr (row_factored<Policy>)
+      row_segments(chunk, slot, param, grad, s);
+    else if constexpr (narrow)
       narrow_host_loop<Policy, V, ParamT, GradT, F>(chunk.begin, chunk.end, param, grad,
                                                     master_of(slot), slot.state[0], slot.state[1],
                                                     slot.state[2], dtypes_, s, rounding_of(slot));
@@ -142,13 +145,46 @@ struct FusedUpdateFunctor {
     auto* param = static_cast<ParamT*>(slot.param);
     const auto* grad = static_cast<const GradT*>(slot.grad);
     for (std::int64_t i = chunk.begin + team.team_rank(); i < chunk.end; i += team.team_size()) {
-      if constexpr (narrow)
+      if constexpr (row_factored<Policy>) {
+        const std::int64_t row = i / slot.cols;
+        Scalars sr = s;
+        sr.row = static_cast<const float*>(slot.state[1])[row];
+        float a0 = static_cast<const float*>(slot.state[0])[i - row * slot.cols], a1 = 0.0f,
+              a2 = 0.0f;
+        update_param<Policy, V, ParamT, GradT, Form<MasterT, float>>(
+            i, param, grad, master_of(slot), a0, a1, a2, sr, r);
+      } else if constexpr (narrow)
         narrow_element<Policy, V, ParamT, GradT, F>(i, param, grad, master_of(slot), slot.state[0],
                                                     slot.state[1], slot.state[2], dtypes_, s, r);
       else
         fused_element<Policy, V, ParamT, GradT, F>(i, param, grad, master_of(slot),
                                                    state_of(slot, 0), state_of(slot, 1),
                                                    state_of(slot, 2), s, r);
+    }
+  }
+
+  /// Host, a row-factored policy: the chunk in runs within one row each, every run the
+  /// fp32-state loop with the row's factor in the scalars and the column factors as the
+  /// first array (read, not written: the update does not change it).
+  KOKKOS_INLINE_FUNCTION void row_segments(const Chunk& chunk, const UpdateSlot& slot,
+                                           ParamT* param, const GradT* grad,
+                                           const Scalars& s) const {
+    constexpr bool stored =
+        std::is_same_v<MasterT, float> || std::is_same_v<MasterT, std::uint16_t>;
+    float* cols = static_cast<float*>(slot.state[0]);
+    const auto* rows = static_cast<const float*>(slot.state[1]);
+    const ChunkRounding r = rounding_of(slot);
+    for (std::int64_t i = chunk.begin; i < chunk.end;) {
+      const std::int64_t row = i / slot.cols, j = i - row * slot.cols;
+      const std::int64_t n = chunk.end - i < slot.cols - j ? chunk.end - i : slot.cols - j;
+      Scalars sr = s;
+      sr.row = rows[row];
+      MasterT* m = nullptr;
+      if constexpr (stored && !std::is_same_v<ParamT, float>) m = master_of(slot) + i;
+      fused_host_loop<Policy, V, ParamT, GradT, Form<MasterT, float>>(
+          0, n, param + i, grad + i, m, cols + j, nullptr, nullptr, sr,
+          ChunkRounding{r.key, r.first + i});
+      i += n;
     }
   }
 

@@ -1,18 +1,23 @@
 #pragma once
 /// \file
 /// AdafactorConfig's policy (kopt/impl/policy.hpp): a policy with tensor sums (the norm of
-/// each param before its update, kopt/impl/tensor_sums.hpp) and a tensor stage
-/// (kopt/impl/tensor_stage.hpp) whose per-param state is its factored statistics. A step:
-/// the measure pass sums p^2; variant 0 writes each element's scaled grad g to the stage's
-/// workspace; `transform` updates the statistics, turns g into the direction u
-/// (kopt/impl/factored_moments.hpp) and returns the param's rate a / max(1, RMS(u) / d);
-/// variant 1 applies p (1 - lr weight_decay) - rate u.
+/// each param before its update, kopt/impl/tensor_sums.hpp) and a tensor stage that reads
+/// the grads (kopt/impl/tensor_stage.hpp), whose per-param state is its factored
+/// statistics. A step reads the param and the grad three times and writes the param once,
+/// the least its equations allow (24 bytes per fp32 element):
+///   1. the measure pass sums p^2;
+///   2. `transform` updates the statistics from the grad, writes each row's factor to the
+///      param's scratch and sums u^2 (kopt/impl/factored_moments.hpp), and returns the
+///      param's rate a / max(1, RMS(u) / d);
+///   3. the update (row-factored: the kernel gives it its element's row and column factors)
+///      recomputes u and applies p (1 - lr weight_decay) - rate u.
 
 #include <array>
 #include <cmath>
 #include <kopt/adafactor_config.hpp>
 #include <kopt/impl/factored_moments.hpp>
 #include <kopt/impl/policy.hpp>
+#include <kopt/impl/tensor_stage.hpp>
 
 namespace kopt {
 
@@ -23,6 +28,8 @@ struct AdafactorStepScalars {
   float rate;        ///< the engine sets each param's (transform's result)
   float beta;        ///< t^beta2_decay
   float eps1;
+  float cap;  ///< 1 / sqrt(eps1^2), the largest factor of u
+  float row;  ///< the row factor of the elements updated (the kernel sets it)
   double rho, eps2, d;
 };
 
@@ -34,9 +41,10 @@ struct AdafactorPolicy {
   static constexpr const char* name = Config::name;
   static constexpr std::size_t num_arrays = Config::state_array_names.size();
   static constexpr auto array_names = Config::state_array_names;
-  /// 0: the scaled grad (every group's); 1: the update from the direction (the second pass).
-  static constexpr int num_variants = 2;
+  static constexpr int num_variants = 1;
   static int variant(const Config&) { return 0; }
+  /// No per-element state; the update reads its column factors as array 0 (row_factored).
+  /// The update's one array: the column factors (read only).
   KOKKOS_INLINE_FUNCTION static constexpr unsigned arrays_of(int) { return 0u; }
 
   /// One sum per param: of p^2, for its RMS.
@@ -52,10 +60,23 @@ struct AdafactorPolicy {
   }
 
   static constexpr bool tensor_stage = true;
+  static constexpr bool stage_reads_grads = true;
+  static constexpr bool measure_reads_grad = false;
+  static constexpr bool row_factored = true;
   template <class ExecSpace>
   using Work = FactoredWork<ExecSpace>;
   /// Floats of per-param state (row_var then col_var, or variance).
   static std::int64_t tensor_state_size(const Tensor& p) { return factored_state_size(p); }
+  /// Floats of per-param scratch: the row factors, then the column factors (a vector: one
+  /// row of numel columns).
+  static std::int64_t stage_scratch_size(const Tensor& p) { return factored_scratch_size(p); }
+  /// The update's slot for `p`: its factors (scratch), rows of cols elements.
+  static void apply_slot(UpdateSlot& slot, const Tensor& p, float*, float* scratch) {
+    const std::int64_t rows = p.is_matrix() ? p.rows : 1;
+    slot.state[0] = scratch + rows;
+    slot.state[1] = scratch;
+    slot.cols = p.is_matrix() ? p.cols : std::max<std::int64_t>(p.numel, 1);
+  }
 
   static Scalars scalars(const Config& c, std::int64_t t, double grad_scale) {
     const auto step = static_cast<double>(t);
@@ -65,34 +86,34 @@ struct AdafactorPolicy {
     s.rate = 0.0f;
     s.beta = static_cast<float>(std::pow(step, c.beta2_decay));
     s.eps1 = static_cast<float>(c.eps1);
+    s.cap = factored_cap(s.eps1);
+    s.row = 1.0f;
     s.rho = std::min(c.lr, 1.0 / std::sqrt(step));
     s.eps2 = c.eps2;
     s.d = c.d;
     return s;
   }
 
-  /// Between the variants (host code): the statistics `state` of param `p` updated from
-  /// its scaled grad at `direction`, which becomes u; returns the rate, from `norm` = ||p||.
+  /// Before the update (host code): the statistics `state` of param `p` updated from its
+  /// grad, its row factors written; returns the rate, from `norm` = ||p||.
   template <class ExecSpace>
-  static float transform(float* direction, const Tensor& p, const Scalars& s, float norm,
+  static float transform(const StageGrad& g, const Tensor& p, const Scalars& s, float norm,
                          Work<ExecSpace>& work, float* state) {
-    const double squares = factored_direction<ExecSpace>(
-        direction, p, state, FactoredCoefficients{s.beta, s.eps1}, work);
+    const double squares =
+        factored_step<ExecSpace>(g.data, g.dtype, p, state, g.scratch,
+                                 FactoredCoefficients{s.beta, s.eps1, s.grad_scale}, work);
     const double root_n = std::sqrt(static_cast<double>(p.numel));
     const double alpha = std::max(s.eps2, static_cast<double>(norm) / root_n) * s.rho;
     const double clip = p.numel == 0 ? 1.0 : std::max(1.0, std::sqrt(squares) / (root_n * s.d));
     return static_cast<float>(alpha / clip);
   }
 
-  /// Variant 0 returns g (the engine stores it in place of the param); variant 1 takes u
-  /// in place of the grad and returns the new param.
-  template <int V>
-  KOKKOS_FORCEINLINE_FUNCTION static float update(float p, float grad, float&, float&, float&,
+  /// The new param from u, recomputed as the transform's norm computed it; `col` is the
+  /// element's column factor, s.row its row's.
+  template <int>
+  KOKKOS_FORCEINLINE_FUNCTION static float update(float p, float grad, float& col, float&, float&,
                                                   const Scalars& s) {
-    if constexpr (V == 0)
-      return grad * s.grad_scale;
-    else
-      return p * s.keep - s.rate * grad;
+    return p * s.keep - s.rate * factored_u(grad * s.grad_scale, s.row, col, s.cap);
   }
 };
 
