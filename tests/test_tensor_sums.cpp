@@ -14,6 +14,7 @@
 
 namespace {
 
+#ifdef KOPT_HAVE_VECTOR_EXTENSIONS
 // Blocks of random floats over many magnitudes, signs, zeros, subnormals and infinities.
 std::vector<float> random_blocks(int blocks, std::uint32_t seed) {
   std::mt19937 gen(seed);
@@ -28,6 +29,7 @@ std::vector<float> random_blocks(int blocks, std::uint32_t seed) {
   x[40] = std::numeric_limits<float>::denorm_min();
   return x;
 }
+#endif
 
 TEST(TensorSums, VectorTreeIsTheScalarTreeBitwise) {
 #ifndef KOPT_HAVE_VECTOR_EXTENSIONS
