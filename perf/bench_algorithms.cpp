@@ -114,8 +114,8 @@ void bm_lamb(benchmark::State& state, kopt::LambConfig config) {
 /// ceiling of the least traffic its step needs: a read of the param (its master) and grad
 /// (||p||, the row and column sums of g^2), a read of the grad (||u||, for the clipping),
 /// and SGD's update pattern (read param and grad, write the param). kopt's step moves these
-/// bytes, in four passes: the read of the param is the measure pass's, apart from the
-/// grad's for the statistics (README, Adafactor).
+/// bytes, in four passes: the read of the param (kopt/impl/whole_param_norm.hpp) is apart
+/// from the grad's for the statistics (README, Adafactor).
 template <class ExecSpace, class ParamT>
 void bm_adafactor(benchmark::State& state) {
   using Mem = typename ExecSpace::memory_space;

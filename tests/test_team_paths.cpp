@@ -71,7 +71,7 @@ std::vector<kopt::AlgorithmConfig> every_algorithm() {
           kopt::LambConfig{.lr = 1e-2, .weight_decay = 0.0, .clamp_trust = true},
           kopt::MuonConfig{.lr = 1e-2},  // its two passes around the Newton-Schulz iteration
           kopt::MuonConfig{.lr = 1e-2, .nesterov = false, .match_rms_adamw = true},
-          kopt::AdafactorConfig{.lr = 2e-2},  // its sums, and two passes around its statistics
+          kopt::AdafactorConfig{.lr = 2e-2},  // its row-factored update
           kopt::AdafactorConfig{.weight_decay = 0.1, .maximize = true}};
 }
 

@@ -76,9 +76,8 @@ struct AdafactorConfig {
   static std::int64_t tensor_state_size(std::int64_t rows, std::int64_t cols, std::int64_t numel) {
     return numel == 0 ? 0 : rows >= 0 ? rows + cols : numel;
   }
-  /// Its update needs sums over each whole param (kopt::Impl::needs_param_sums) and each
-  /// param whole on one engine (kopt::Impl::needs_whole_tensors).
-  static constexpr bool param_sums = true;
+  /// Its update needs each param whole on one engine (kopt::Impl::needs_whole_tensors),
+  /// which measures ||p|| itself.
   static constexpr bool whole_tensors = true;
   bool operator==(const AdafactorConfig&) const = default;
 };

@@ -50,6 +50,14 @@ KOKKOS_INLINE_FUNCTION float sqrt_rn(float x) {
 #define KOPT_VECTOR_LOOP
 #endif
 
+/// Defined where host code may use GCC and Clang's vector extensions (vector_size,
+/// __builtin_shufflevector, __builtin_convertvector): for the reductions whose order the
+/// auto-vectorizer will not take (kopt/impl/measure_strip.hpp). Each use has a scalar form
+/// with the same bits, which devices run.
+#if defined(__GNUC__) && !defined(__CUDACC__) && !defined(__CUDA__) && !defined(__HIPCC__)
+#define KOPT_HAVE_VECTOR_EXTENSIONS 1
+#endif
+
 namespace kopt::Impl {
 
 /// Fences `exec`, with a label where Kokkos takes one (3.5+), so tools show who waited.

@@ -56,9 +56,9 @@ struct FactoredWork {
 
   /// Grows the scratch to fit `p`. All or nothing.
   void reserve(const std::string& label, const Tensor& p) {
-    const std::int64_t n = p.is_matrix()
-                               ? std::max(p.rows, p.cols)
-                               : (p.numel + factored_vector_block - 1) / factored_vector_block;
+    // A matrix's row sums, or a block's (a vector's ||u||^2, any param's ||p||^2).
+    const std::int64_t blocks = (p.numel + factored_vector_block - 1) / factored_vector_block;
+    const std::int64_t n = p.is_matrix() ? std::max({p.rows, p.cols, blocks}) : blocks;
     std::int64_t parts = 0;
     if (runs_on_host<ExecSpace> && p.is_matrix())
       parts = (p.rows + factored_row_block(p.rows) - 1) / factored_row_block(p.rows) * p.cols;

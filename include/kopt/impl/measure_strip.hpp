@@ -37,8 +37,7 @@ KOKKOS_FORCEINLINE_FUNCTION double block_square_sum_scalar(const float* x) {
   return t[0] + t[1];
 }
 
-#if defined(__GNUC__) && !defined(__CUDACC__) && !defined(__CUDA__) && !defined(__HIPCC__)
-#define KOPT_HAVE_VECTOR_EXTENSIONS 1
+#ifdef KOPT_HAVE_VECTOR_EXTENSIONS
 /// block_square_sum_scalar's adds as vector instructions (GCC and Clang's vector
 /// extensions): in scalar ones the tree was a third of LAMB's measure pass.
 inline double block_square_sum_vector(const float* x) {
@@ -67,14 +66,6 @@ KOKKOS_FORCEINLINE_FUNCTION double block_square_sum(const float* x) {
   return block_square_sum_scalar(x);
 #endif
 }
-
-/// Whether a policy's measure reads the grad: all but those that say it does not (Adafactor,
-/// which measures the param alone).
-template <class Policy>
-inline constexpr bool measure_reads_grad = !requires {
-  Policy::measure_reads_grad;
-}
-|| requires { requires Policy::measure_reads_grad; };
 
 /// Elements per host strip: 8 blocks, one 512-byte line pair of each fp32 stream.
 inline constexpr int measure_strip_size = 8 * tensor_sum_block;
@@ -143,9 +134,7 @@ KOKKOS_INLINE_FUNCTION void measure_strip(const UpdateSlot& slot, const StateDTy
   } else {
     w = stream_in(param, at, n, w_scratch);
   }
-  const float* g = w;  // a measure of the param alone reads no grad (its g has no meaning)
-  if constexpr (measure_reads_grad<Policy>)
-    g = stream_in(static_cast<const GradT*>(slot.grad), at, n, g_scratch);
+  const float* g = stream_in(static_cast<const GradT*>(slot.grad), at, n, g_scratch);
   const float* a[3];
   for (int k = 0; k < 3; ++k)
     a[k] = (kept >> k & 1u) != 0

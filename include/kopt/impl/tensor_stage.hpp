@@ -35,11 +35,21 @@ inline constexpr bool stage_reads_grads = requires {
   Policy::stage_reads_grads;
 };
 
-/// One param's grad as a stage that reads the grads gets it, and the param's scratch.
+/// A param's value as its update reads it: `master` (fp32) where it has one, else `param`
+/// (of `dtype`), joined with `remainder` where that is kept.
+struct WorkingParam {
+  const void* param = nullptr;
+  DType dtype = DType::f32;
+  const float* master = nullptr;
+  const std::uint16_t* remainder = nullptr;
+};
+
+/// What a stage that reads the grads gets of one param: its grad, its value and its scratch.
 struct StageGrad {
   const void* data;
   DType dtype;
   float* scratch;  ///< Policy::stage_scratch_size floats
+  WorkingParam param;
 };
 
 /// A pass of the update kernel the stage asks the engine for: the policy's variant, and
@@ -100,7 +110,9 @@ class TensorStage<ExecSpace, Policy, true> {
       directions = decltype(directions)(label + "::stage_scratch", static_cast<std::size_t>(total));
     }
     allocation_point();
-    SlotView first(Kokkos::view_alloc(exec, label + "::direction_slots"), registry.size());
+    // The direction pass's slots: none where the transforms read the grads themselves.
+    SlotView first(Kokkos::view_alloc(exec, label + "::direction_slots"),
+                   stage_reads_grads<Policy> ? 0 : registry.size());
     SlotView second(Kokkos::view_alloc(exec, label + "::apply_slots"), registry.size());
     auto first_host = Kokkos::create_mirror_view(first);
     auto second_host = Kokkos::create_mirror_view(second);
@@ -109,14 +121,14 @@ class TensorStage<ExecSpace, Policy, true> {
     auto rates_host = Kokkos::create_mirror_view(rates);
     for (std::size_t i = 0; i < registry.size(); ++i) {
       float* d = directions.data() + offsets[i];
-      first_host(i) = slots_host(i);
-      first_host(i).param = d;  // an f32 param: no master, no rounding
-      first_host(i).master = nullptr;
-      first_host(i).remainder = nullptr;
       second_host(i) = slots_host(i);
       if constexpr (stage_reads_grads<Policy>) {
         Policy::apply_slot(second_host(i), registry[i].param, states_[i].data(), d);
       } else {
+        first_host(i) = slots_host(i);
+        first_host(i).param = d;  // an f32 param: no master, no rounding
+        first_host(i).master = nullptr;
+        first_host(i).remainder = nullptr;
         second_host(i).grad = d;
         second_host(i).grad_dtype = DType::f32;
       }
@@ -152,12 +164,15 @@ class TensorStage<ExecSpace, Policy, true> {
     if constexpr (!stage_reads_grads<Policy>) launch(StagePass{0, true, false}, first_);
     fence(exec, "kopt::TensorStage::transform");
     for (const std::size_t i : updated) {
-      const Scalars& s = scalars_host(slots_host(i).scalar_set);
+      const UpdateSlot& slot = slots_host(i);
+      const Scalars& s = scalars_host(slot.scalar_set);
       float* scratch = directions_.data() + offsets_[i];
       if constexpr (stage_reads_grads<Policy>)
         rates_host_(i) = Policy::template transform<ExecSpace>(
-            StageGrad{slots_host(i).grad, slots_host(i).grad_dtype, scratch}, registry[i].param, s,
-            rate_of(i), work_, states_[i].data());
+            StageGrad{
+                slot.grad, slot.grad_dtype, scratch,
+                WorkingParam{slot.param, registry[i].param.dtype, slot.master, slot.remainder}},
+            registry[i].param, s, rate_of(i), work_, states_[i].data());
       else
         rates_host_(i) = Policy::template transform<ExecSpace>(
             scratch, registry[i].param, s, rate_of(i), work_, states_[i].data());

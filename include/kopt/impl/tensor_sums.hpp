@@ -26,9 +26,8 @@ inline constexpr bool has_tensor_sums = requires {
 };
 
 /// Element i's update inputs as the update reads them, writing nothing: the param (its
-/// master: fp32 copy, joined remainder or the 16-bit param widened), the grad (0 where the
-/// measure reads none), the arrays.
-template <class ParamT, class GradT, class MasterT, bool Grad = true>
+/// master: fp32 copy, joined remainder or the 16-bit param widened), the grad, the arrays.
+template <class ParamT, class GradT, class MasterT>
 KOKKOS_FORCEINLINE_FUNCTION void read_inputs(const UpdateSlot& slot, const StateDTypes& d,
                                              unsigned kept, std::int64_t i, float& w, float& g,
                                              float (&a)[3]) {
@@ -41,7 +40,7 @@ KOKKOS_FORCEINLINE_FUNCTION void read_inputs(const UpdateSlot& slot, const State
     w = join_master(param[i], slot.remainder[i]);
   else
     w = to_float(param[i]);
-  g = Grad ? to_float(static_cast<const GradT*>(slot.grad)[i]) : 0.0f;
+  g = to_float(static_cast<const GradT*>(slot.grad)[i]);
   for (int k = 0; k < 3; ++k) a[k] = (kept >> k & 1u) != 0 ? d.load(k, slot.state[k], i) : 0.0f;
 }
 
@@ -74,8 +73,7 @@ struct TensorSumsFunctor {
     for (int e = 0; e < tensor_sum_block; ++e) {
       float w, g, a[3], v[K] = {};
       if (e < n) {
-        read_inputs<ParamT, GradT, MasterT, measure_reads_grad<Policy>>(
-            slot, dtypes_, Policy::arrays_of(V), at + e, w, g, a);
+        read_inputs<ParamT, GradT, MasterT>(slot, dtypes_, Policy::arrays_of(V), at + e, w, g, a);
         Policy::measure(w, g, a[0], a[1], a[2], s, v);
       }
       for (int k = 0; k < K; ++k) x[k][e] = e < n ? v[k] : 0.0f;

@@ -1,14 +1,14 @@
 #pragma once
 /// \file
-/// AdafactorConfig's policy (kopt/impl/policy.hpp): a policy with tensor sums (the norm of
-/// each param before its update, kopt/impl/tensor_sums.hpp) and a tensor stage that reads
+/// AdafactorConfig's policy (kopt/impl/policy.hpp): a policy with a tensor stage that reads
 /// the grads (kopt/impl/tensor_stage.hpp), whose per-param state is its factored
-/// statistics. A step reads the param and the grad three times and writes the param once,
-/// the least its equations allow (24 bytes per fp32 element):
-///   1. the measure pass sums p^2;
-///   2. `transform` updates the statistics from the grad, writes each row's factor to the
-///      param's scratch and sums u^2 (kopt/impl/factored_moments.hpp), and returns the
-///      param's rate a / max(1, RMS(u) / d);
+/// statistics. A step reads the param and the grad twice each and writes the param once,
+/// the least its equations allow (24 bytes per fp32 element), all of it in `transform` but
+/// the update:
+///   1. ||p||^2 of the whole param (kopt/impl/whole_param_norm.hpp), for its RMS;
+///   2. the statistics updated from the grad, each row's and column's factor written to the
+///      param's scratch, and ||u||^2 summed (kopt/impl/factored_moments.hpp); the param's
+///      rate a / max(1, RMS(u) / d) returned;
 ///   3. the update (row-factored: the kernel gives it its element's row and column factors)
 ///      recomputes u and applies p (1 - lr weight_decay) - rate u.
 
@@ -18,6 +18,7 @@
 #include <kopt/impl/factored_moments.hpp>
 #include <kopt/impl/policy.hpp>
 #include <kopt/impl/tensor_stage.hpp>
+#include <kopt/impl/whole_param_norm.hpp>
 
 namespace kopt {
 
@@ -47,21 +48,8 @@ struct AdafactorPolicy {
   /// The update's one array: the column factors (read only).
   KOKKOS_INLINE_FUNCTION static constexpr unsigned arrays_of(int) { return 0u; }
 
-  /// One sum per param: of p^2, for its RMS.
-  static constexpr int tensor_sums = 1;
-  KOKKOS_INLINE_FUNCTION static constexpr bool measures(int variant) { return variant == 0; }
-  KOKKOS_FORCEINLINE_FUNCTION static void measure(float p, float, float, float, float,
-                                                  const Scalars&, float (&x)[tensor_sums]) {
-    x[0] = p;
-  }
-  /// ||p|| (host code), which `transform` turns into the rate.
-  static float rate(const Scalars&, const double (&sums)[tensor_sums]) {
-    return static_cast<float>(std::sqrt(sums[0]));
-  }
-
   static constexpr bool tensor_stage = true;
   static constexpr bool stage_reads_grads = true;
-  static constexpr bool measure_reads_grad = false;
   static constexpr bool row_factored = true;
   template <class ExecSpace>
   using Work = FactoredWork<ExecSpace>;
@@ -94,16 +82,17 @@ struct AdafactorPolicy {
     return s;
   }
 
-  /// Before the update (host code): the statistics `state` of param `p` updated from its
-  /// grad, its row factors written; returns the rate, from `norm` = ||p||.
+  /// Before the update (host code): ||p|| measured, the statistics `state` of param `p`
+  /// updated from its grad, its factors written; returns the rate.
   template <class ExecSpace>
-  static float transform(const StageGrad& g, const Tensor& p, const Scalars& s, float norm,
+  static float transform(const StageGrad& g, const Tensor& p, const Scalars& s, float,
                          Work<ExecSpace>& work, float* state) {
+    const double norm = std::sqrt(whole_param_square_sum<ExecSpace>(g.param, p.numel, work));
     const double squares =
         factored_step<ExecSpace>(g.data, g.dtype, p, state, g.scratch,
                                  FactoredCoefficients{s.beta, s.eps1, s.grad_scale}, work);
     const double root_n = std::sqrt(static_cast<double>(p.numel));
-    const double alpha = std::max(s.eps2, static_cast<double>(norm) / root_n) * s.rho;
+    const double alpha = std::max(s.eps2, norm / root_n) * s.rho;
     const double clip = p.numel == 0 ? 1.0 : std::max(1.0, std::sqrt(squares) / (root_n * s.d));
     return static_cast<float>(alpha / clip);
   }
