@@ -6,10 +6,11 @@
 /// R_i / max(mean R, eps1) into the param's scratch, and ||u||^2 of its direction
 /// u = g / sqrt(max(V, eps1^2)) (factored_u, which the update kernel recomputes: nothing per
 /// element is stored between the passes). Every sum is in double in one fixed order (a row
-/// or a block in 16 lanes; a column in row order, on the host per block of rows and the
-/// blocks in order; the rows and blocks added in order on the host), so the result is the
-/// same bits on every thread count (not between host and device spaces, whose column orders
-/// differ).
+/// or a block in lanes, kopt/impl/lane_sums.hpp; a column in row order, on the host per
+/// block of rows and the blocks in order; the rows and blocks added in order on the host),
+/// so the result is the same bits on every thread count (not between host and device
+/// spaces, whose column orders differ). On the host a 16-bit grad is widened a strip at a
+/// time before the statistics' and the norm's sums (the same bits).
 
 #include <Kokkos_Core.hpp>
 #include <algorithm>
@@ -18,9 +19,11 @@
 #include <kopt/adafactor_config.hpp>
 #include <kopt/compat.hpp>
 #include <kopt/dtype.hpp>
+#include <kopt/impl/lane_sums.hpp>
 #include <kopt/storage_types.hpp>
 #include <kopt/tensor.hpp>
 #include <string>
+#include <type_traits>
 
 namespace kopt::Impl {
 
@@ -102,40 +105,6 @@ KOKKOS_FORCEINLINE_FUNCTION float factored_u(float g, float row, float col, floa
 }
 
 namespace detail {
-/// Lanes of a sum over a row or a block: element k goes to lane k mod sum_lanes, the lanes
-/// are added in order, then the tail. A fixed order still (the same bits on every thread
-/// count), and one the compiler vectorizes: a single double accumulator is a chain of
-/// dependent adds, which left the row sums latency-bound (0.2 of the memory ceiling).
-inline constexpr int sum_lanes = 16;
-
-/// How far ahead (elements) the statistics' passes ask the cache for the grad.
-inline constexpr std::int64_t factored_prefetch = 512;
-
-/// The sum of value(j)^2 over j in [0, n) in sum_lanes lanes; value(j) a float (it may add
-/// its square elsewhere too). Asks the cache for `stream` (the row read) ahead, if given:
-/// without, the norm pass read the grad at 0.55 of a plain read's rate.
-template <class Value, class T = float>
-KOKKOS_FORCEINLINE_FUNCTION double lane_square_sum(std::int64_t n, const Value& value,
-                                                   const T* stream = nullptr) {
-  double lane[sum_lanes] = {};
-  std::int64_t j = 0;
-  for (; j + sum_lanes <= n; j += sum_lanes) {
-    if (stream != nullptr) prefetch_ahead(stream, j + factored_prefetch);
-    KOPT_VECTOR_LOOP
-    for (int k = 0; k < sum_lanes; ++k) {
-      const double v = value(j + k);
-      lane[k] += v * v;
-    }
-  }
-  double s = 0.0;
-  for (int k = 0; k < sum_lanes; ++k) s += lane[k];
-  for (; j < n; ++j) {
-    const double v = value(j);
-    s += v * v;
-  }
-  return s;
-}
-
 /// R <- R + b (mean - R), the statistics' lerp.
 KOKKOS_FORCEINLINE_FUNCTION float lerp_to(float r, double sum, std::int64_t count, float beta) {
   return r + beta * (static_cast<float>(sum / static_cast<double>(count)) - r);
@@ -180,39 +149,58 @@ struct FactorColumns {
   }
 };
 
+/// Element j of rows row[0..R): sq[q] = its square (scaled, in double) in row q, and
+/// part[j] += the rows' squares, the four added in pairs ((0 + 1) + (2 + 3)).
+template <int R, class T>
+KOKKOS_FORCEINLINE_FUNCTION void group_squares(const T* const (&row)[R], std::int64_t j,
+                                               float scale, double* part, double (&sq)[R]) {
+  for (int q = 0; q < R; ++q) {
+    const double v = to_float(row[q][j]) * scale;
+    sq[q] = v * v;
+  }
+  if constexpr (R == 1)
+    part[j] += sq[0];
+  else
+    part[j] += (sq[0] + sq[1]) + (sq[2] + sq[3]);
+}
+
+/// group_squares of elements [0, n) (n a multiple of sum_lanes), each row's into its lanes.
+template <int R, class T>
+KOKKOS_FORCEINLINE_FUNCTION void add_group_squares(const T* const (&row)[R], std::int64_t n,
+                                                   float scale, double* part,
+                                                   double (&lane)[R][sum_lanes]) {
+  for (std::int64_t j = 0; j < n; j += sum_lanes)
+    for (int k = 0; k < sum_lanes; ++k) {
+      double sq[R];
+      group_squares<R>(row, j + k, scale, part, sq);
+      for (int q = 0; q < R; ++q) lane[q][k] += sq[q];
+    }
+}
+
 /// Rows row[0..R) of a matrix (R = 1 or 4): s[q] = row q's sum of squares in
-/// lane_square_sum's order, and part[j] += the rows' squares of column j, the four added
-/// in pairs ((0 + 1) + (2 + 3)). Four rows at a time read and write the column sums a quarter
-/// as often: one row at a time, they cost as much as the grad's read.
-template <int R, class GradT>
+/// lane_square_sum's order, and part[j] += the rows' squares of column j (group_squares).
+/// Four rows at a time read and write the column sums a quarter as often: one row at a
+/// time, they cost as much as the grad's read. Strips: a 16-bit grad widened a strip at a
+/// time first (widened_strips), the same bits.
+template <int R, bool Strips, class GradT>
 KOKKOS_FORCEINLINE_FUNCTION void row_group_sums(const GradT* const (&row)[R], std::int64_t cols,
                                                 float scale, double* part, double (&s)[R]) {
   static_assert(R == 1 || R == 4);
-  const auto squares = [&](std::int64_t j, double(&sq)[R]) {
-    for (int q = 0; q < R; ++q) {
-      const double v = to_float(row[q][j]) * scale;
-      sq[q] = v * v;
-    }
-    if constexpr (R == 1)
-      part[j] += sq[0];
-    else
-      part[j] += (sq[0] + sq[1]) + (sq[2] + sq[3]);
-  };
   double lane[R][sum_lanes] = {};
-  std::int64_t j = 0;
-  for (; j + sum_lanes <= cols; j += sum_lanes)
-    for (int k = 0; k < sum_lanes; ++k) {
-      double sq[R];
-      squares(j + k, sq);
-      for (int q = 0; q < R; ++q) lane[q][k] += sq[q];
-    }
+  const std::int64_t whole = cols / sum_lanes * sum_lanes;
+  if constexpr (Strips)
+    widened_strips<R>(row, whole, [&](const float* const(&x)[R], std::int64_t at, int n) {
+      add_group_squares<R>(x, n, scale, part + at, lane);
+    });
+  else
+    add_group_squares<R>(row, whole, scale, part, lane);
   for (int q = 0; q < R; ++q) {
     s[q] = 0.0;
     for (int k = 0; k < sum_lanes; ++k) s[q] += lane[q][k];
   }
-  for (; j < cols; ++j) {
+  for (std::int64_t j = whole; j < cols; ++j) {
     double sq[R];
-    squares(j, sq);
+    group_squares<R>(row, j, scale, part, sq);
     for (int q = 0; q < R; ++q) s[q] += sq[q];
   }
 }
@@ -235,6 +223,7 @@ struct FactorRowBlock {
     row_var[i] = lerp_to(row_var[i], s, cols, beta);
     sums[i] = row_var[i];
   }
+  static constexpr bool strips = !std::is_same_v<GradT, float>;
   KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t rb) const {
     double* part = parts + rb * cols;
     for (std::int64_t j = 0; j < cols; ++j) part[j] = 0.0;
@@ -244,13 +233,13 @@ struct FactorRowBlock {
       const GradT* const four[4] = {g + i * cols, g + (i + 1) * cols, g + (i + 2) * cols,
                                     g + (i + 3) * cols};
       double s[4];
-      row_group_sums<4>(four, cols, scale, part, s);
+      row_group_sums<4, strips>(four, cols, scale, part, s);
       for (int q = 0; q < 4; ++q) finish(i + q, s[q]);
     }
     for (; i < end; ++i) {
       const GradT* const one[1] = {g + i * cols};
       double s[1];
-      row_group_sums<1>(one, cols, scale, part, s);
+      row_group_sums<1, strips>(one, cols, scale, part, s);
       finish(i, s[0]);
     }
   }
@@ -287,8 +276,9 @@ struct UnitFactor {
   KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t i) const { factor[i] = 1.0f; }
 };
 
-/// Row i of a matrix: sums(i) = the sum of u_ij^2 (factored_u).
-template <class GradT>
+/// Row i of a matrix: sums(i) = the sum of u_ij^2 (factored_u). Strips (host, 16-bit
+/// grads): the row widened a strip at a time first (widened_strips), the same bits.
+template <class GradT, bool Strips = false>
 struct FactoredNorm {
   const GradT* g;
   float scale;
@@ -300,10 +290,24 @@ struct FactoredNorm {
   KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t i) const {
     const GradT* row = g + i * cols;
     const float r = row_factor[i];
-    sums[i] = lane_square_sum(
-        cols,
-        [&](std::int64_t j) { return factored_u(to_float(row[j]) * scale, r, col_factor[j], cap); },
-        row);
+    const auto u = [&](float x, std::int64_t j) {  // element j, its grad x
+      return factored_u(x * scale, r, col_factor[j], cap);
+    };
+    if constexpr (Strips) {
+      double lane[sum_lanes] = {};
+      const std::int64_t whole = cols / sum_lanes * sum_lanes;
+      const GradT* const one[1] = {row};
+      widened_strips<1>(one, whole, [&](const float* const(&x)[1], std::int64_t at, int n) {
+        add_lane_squares(
+            n, [&](std::int64_t k) { return u(x[0][k], at + k); }, lane);
+      });
+      sums[i] = finish_lane_squares(lane, cols - whole, [&](std::int64_t j) {
+        return u(to_float(row[whole + j]), whole + j);
+      });
+    } else {
+      sums[i] = lane_square_sum(
+          cols, [&](std::int64_t j) { return u(to_float(row[j]), j); }, row);
+    }
   }
 };
 
@@ -369,9 +373,9 @@ double factored_step_of(const GradT* g, const Tensor& p, float* state, float* fa
     const auto divisor = std::max(static_cast<float>(mean), k.eps1);
     Kokkos::parallel_for("kopt::adafactor::row_factors", Range(0, rows),
                          RowFactors{row_var, factors, divisor});
-    Kokkos::parallel_for(
-        "kopt::adafactor::norm", Range(0, rows),
-        FactoredNorm<GradT>{g, scale, factors, col_factor, work.sums.data(), cols, cap});
+    Kokkos::parallel_for("kopt::adafactor::norm", Range(0, rows), FactoredNorm < GradT,
+                         runs_on_host<ExecSpace> && !std::is_same_v < GradT,
+                         float >> {g, scale, factors, col_factor, work.sums.data(), cols, cap});
     parts = rows;
   } else {
     Kokkos::parallel_for("kopt::adafactor::row_factor", Range(0, 1), UnitFactor{factors});
