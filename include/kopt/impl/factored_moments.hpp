@@ -373,9 +373,10 @@ double factored_step_of(const GradT* g, const Tensor& p, float* state, float* fa
     const auto divisor = std::max(static_cast<float>(mean), k.eps1);
     Kokkos::parallel_for("kopt::adafactor::row_factors", Range(0, rows),
                          RowFactors{row_var, factors, divisor});
-    Kokkos::parallel_for("kopt::adafactor::norm", Range(0, rows), FactoredNorm < GradT,
-                         runs_on_host<ExecSpace> && !std::is_same_v < GradT,
-                         float >> {g, scale, factors, col_factor, work.sums.data(), cols, cap});
+    constexpr bool strips = runs_on_host<ExecSpace> && !std::is_same_v<GradT, float>;
+    Kokkos::parallel_for(
+        "kopt::adafactor::norm", Range(0, rows),
+        FactoredNorm<GradT, strips>{g, scale, factors, col_factor, work.sums.data(), cols, cap});
     parts = rows;
   } else {
     Kokkos::parallel_for("kopt::adafactor::row_factor", Range(0, 1), UnitFactor{factors});
