@@ -78,6 +78,17 @@ struct FactoredWork {
                       static_cast<std::size_t>(parts));
     sums = s, sums_host = h, column_parts = c;
   }
+
+  /// sums(0) + ... + sums(n - 1), added in order on the host, once the passes that wrote
+  /// them (on ExecSpace's default instance) are done. Blocks.
+  double sum_in_order(std::int64_t n) const {
+    const ExecSpace space{};
+    Kokkos::deep_copy(space, sums_host, sums);
+    space.fence();
+    double s = 0.0;
+    for (std::int64_t i = 0; i < n; ++i) s += sums_host(i);
+    return s;
+  }
 };
 
 /// The step's floats: b = t^beta2_decay (the statistics' lerp weight), eps1, and the scale
@@ -342,7 +353,6 @@ template <class ExecSpace, class GradT>
 double factored_step_of(const GradT* g, const Tensor& p, float* state, float* factors,
                         const FactoredCoefficients& k, FactoredWork<ExecSpace>& work) {
   using Range = Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>;
-  const ExecSpace space{};
   const float cap = factored_cap(k.eps1), scale = k.grad_scale;
   std::int64_t parts = 0;
   if (p.is_matrix()) {
@@ -365,11 +375,7 @@ double factored_step_of(const GradT* g, const Tensor& p, float* state, float* fa
       Kokkos::parallel_for("kopt::adafactor::columns", Range(0, cols),
                            FactorColumns<GradT>{g, scale, col_var, col_factor, rows, cols, k.beta});
     }
-    Kokkos::deep_copy(space, work.sums_host, work.sums);
-    space.fence();
-    double mean = 0.0;
-    for (std::int64_t i = 0; i < rows; ++i) mean += work.sums_host(i);
-    mean /= static_cast<double>(rows);
+    const double mean = work.sum_in_order(rows) / static_cast<double>(rows);
     const auto divisor = std::max(static_cast<float>(mean), k.eps1);
     Kokkos::parallel_for("kopt::adafactor::row_factors", Range(0, rows),
                          RowFactors{row_var, factors, divisor});
@@ -385,11 +391,7 @@ double factored_step_of(const GradT* g, const Tensor& p, float* state, float* fa
         "kopt::adafactor::vector", Range(0, parts),
         VectorStep<GradT>{g, scale, state, factors + 1, work.sums.data(), p.numel, k.beta, cap});
   }
-  Kokkos::deep_copy(space, work.sums_host, work.sums);
-  space.fence();
-  double squares = 0.0;
-  for (std::int64_t i = 0; i < parts; ++i) squares += work.sums_host(i);
-  return squares;
+  return work.sum_in_order(parts);
 }
 }  // namespace detail
 

@@ -60,12 +60,7 @@ double square_sum_of(const Values& values, std::int64_t numel, FactoredWork<Exec
   Kokkos::parallel_for("kopt::adafactor::param_norm",
                        Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>(0, blocks),
                        SquareBlocks<Values>{values, work.sums.data(), numel});
-  const ExecSpace space{};
-  Kokkos::deep_copy(space, work.sums_host, work.sums);
-  space.fence();
-  double s = 0.0;
-  for (std::int64_t b = 0; b < blocks; ++b) s += work.sums_host(b);
-  return s;
+  return work.sum_in_order(blocks);
 }
 
 }  // namespace detail
