@@ -16,6 +16,7 @@ enum class Expect {
   same_masters,  ///< the reference's masters, so its losses bitwise until the params' rounding
                  ///< of a tie differs (MasterStorage::remainder: ties toward the truncation)
   close,         ///< a final loss within the test's stated tolerance of the reference's
+  no_worse,      ///< a final loss at most the reference's plus that tolerance (q8 v: below)
   worse,   ///< a final loss above that tolerance: a known loss of precision, and the proof that
            ///< the tolerance can see one
   better,  ///< another optimizer (Muon): a final loss at most the reference's (issue 19: it
@@ -63,6 +64,23 @@ inline const StorageOption storage_options[] = {
      [](kopt::ParamGroup& g) {
        g.set_master(kopt::MasterStorage::remainder)
            .set_state_dtype(kopt::DType::f16)
+           .set_state_dtype("exp_avg_sq", kopt::DType::f32);
+     },
+     Expect::close},
+    // Blockwise 8-bit moments (q8): 14 B a step with remainders, 4 B of state per element.
+    // Its v keeps 5 significant bits of its root: at beta2 = 0.999 a fall of v is lost as
+    // in bf16, only more often, so v stays high and late steps small; on this model that
+    // ends 7-14% below the reference (seeds 1-3 and 2026), so the test bounds it one way.
+    {"bf16_remainder_q8_state", kopt::DType::bf16,
+     [](kopt::ParamGroup& g) {
+       g.set_master(kopt::MasterStorage::remainder).set_state_dtype(kopt::DType::q8);
+     },
+     Expect::no_worse},
+    // q8 exp_avg beside fp32 exp_avg_sq (19 B a step with remainders).
+    {"bf16_remainder_q8_m_f32_v", kopt::DType::bf16,
+     [](kopt::ParamGroup& g) {
+       g.set_master(kopt::MasterStorage::remainder)
+           .set_state_dtype(kopt::DType::q8)
            .set_state_dtype("exp_avg_sq", kopt::DType::f32);
      },
      Expect::close},

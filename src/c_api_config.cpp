@@ -97,9 +97,9 @@ kopt_status kopt_groups_set_master(kopt_groups* groups, size_t group, const char
                                                                  << g.groups.size() << " groups)");
     KOPT_THROW_IF(master == nullptr, "kopt C API: master is NULL");
     const std::string name = master;
-    KOPT_THROW_IF(name != "f32" && name != "remainder" && name != "none",
-                  "kopt C API: master '" << name
-                                         << "' is none of \"f32\", \"remainder\", \"none\"");
+    KOPT_THROW_IF(
+        name != "f32" && name != "remainder" && name != "none",
+        "kopt C API: master '" << name << "' is none of \"f32\", \"remainder\", \"none\"");
     g.groups[group].set_master(name == "f32"         ? kopt::MasterStorage::f32
                                : name == "remainder" ? kopt::MasterStorage::remainder
                                                      : kopt::MasterStorage::none);
@@ -126,7 +126,7 @@ kopt_status kopt_groups_set_state_dtype(kopt_groups* groups, size_t group, kopt_
     auto& g = deref(groups, "groups");
     KOPT_THROW_IF(group >= g.groups.size(), "kopt C API: group " << group << " does not exist ("
                                                                  << g.groups.size() << " groups)");
-    g.groups[group].set_state_dtype(dtype_of(dtype));
+    g.groups[group].set_state_dtype(state_dtype_of(dtype));
   });
 }
 
@@ -137,7 +137,7 @@ kopt_status kopt_groups_set_array_dtype(kopt_groups* groups, size_t group, const
     KOPT_THROW_IF(group >= g.groups.size(), "kopt C API: group " << group << " does not exist ("
                                                                  << g.groups.size() << " groups)");
     KOPT_THROW_IF(array == nullptr, "kopt C API: array is NULL");
-    g.groups[group].set_state_dtype(std::string(array), dtype_of(dtype));
+    g.groups[group].set_state_dtype(std::string(array), state_dtype_of(dtype));
   });
 }
 

@@ -30,6 +30,11 @@ inline kopt::DType dtype_of(kopt_dtype d) {
   return static_cast<kopt::DType>(d);
 }
 
+/// A kopt_dtype a state array may be stored in (dtype_of's, and KOPT_Q8) as a DType.
+inline kopt::DType state_dtype_of(kopt_dtype d) {
+  return d == KOPT_Q8 ? kopt::DType::q8 : dtype_of(d);
+}
+
 inline bool flag(std::int32_t value, const char* what) {
   KOPT_THROW_IF(value != 0 && value != 1,
                 "kopt C API: " << what << " = " << value << " must be 0 or 1");

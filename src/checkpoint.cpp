@@ -111,8 +111,12 @@ void HybridOptimizer::save(const std::string& path) {
                            step_count(p.name),
                            arrays,
                            has_master};
-        for (std::size_t k = 0; k < q.array_dtypes.size(); ++k)  // as the group stores them
-          q.array_dtypes[k] = groups_[g].storage().dtype_of(k);
+        // As the group stores them; q8 arrays as their values, f32 (the codes' power-of-two
+        // scales make decoded values encode to the same values again: a load resumes bitwise).
+        for (std::size_t k = 0; k < q.array_dtypes.size(); ++k) {
+          const DType d = groups_[g].storage().dtype_of(k);
+          q.array_dtypes[k] = d == DType::q8 ? DType::f32 : d;
+        }
         q.rows = p.param.rows, q.cols = p.param.cols;
         q.tensor_state = static_cast<std::uint64_t>(Impl::tensor_state_size(
             groups_[g].algorithm(), p.param.rows, p.param.cols, global_numel(p.param)));

@@ -2,6 +2,7 @@
 #include <cmath>
 #include <kopt/error.hpp>
 #include <kopt/hybrid_optimizer.hpp>
+#include <kopt/impl/block_q8.hpp>
 #include <kopt/impl/engine.hpp>
 #include <kopt/impl/norm_parts.hpp>
 #include <kopt/impl/param_registry.hpp>
@@ -22,11 +23,15 @@ constexpr std::size_t kNone = std::numeric_limits<std::size_t>::max();
 std::size_t device_state_bytes(const Tensor& param, const AlgorithmConfig& config,
                                const StateStorage& storage) {
   const auto padded = static_cast<std::size_t>((param.numel + 15) / 16 * 16);
-  std::size_t per_element = param.dtype != DType::f32 ? sizeof(float) : 0;
+  std::size_t bytes = param.dtype != DType::f32 ? padded * sizeof(float) : 0;
   const unsigned kept = Impl::arrays_of(config);
-  for (std::size_t k = 0; k < max_state_arrays; ++k)
-    if ((kept >> k & 1u) != 0) per_element += size_of(storage.dtype_of(k));
-  return padded * per_element;
+  for (std::size_t k = 0; k < max_state_arrays; ++k) {
+    if ((kept >> k & 1u) == 0) continue;
+    const DType d = storage.dtype_of(k);
+    bytes += d == DType::q8 ? static_cast<std::size_t>(Impl::q8_bytes(param.numel))
+                            : padded * size_of(d);
+  }
+  return bytes;
 }
 
 void validate_group_config(const AlgorithmConfig& config, std::size_t g) {

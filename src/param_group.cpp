@@ -40,8 +40,31 @@ ParamGroup::ParamGroup(const AlgorithmConfig& config, StatePlacement placement)
                 "ParamGroup: invalid StatePlacement " << static_cast<int>(placement));
 }
 
+namespace {
+/// Refuses q8 arrays where `config`'s algorithm cannot keep them (it names no
+/// q8_square_arrays: blockwise 8-bit state is for Adam's moments).
+void check_q8(const StateStorage& storage, const AlgorithmConfig& config, const char* call) {
+  const bool q8 = std::visit(
+      [&](const auto& c) {
+        for (std::size_t k = 0; k < c.state_array_names.size(); ++k)
+          if (storage.dtype_of(k) == DType::q8) return true;
+        return false;
+      },
+      config);
+  const bool takes_q8 = std::visit(
+      [](const auto& c) {
+        return requires { std::decay_t<decltype(c)>::q8_square_arrays; };
+      },
+      config);
+  KOPT_THROW_IF(q8 && !takes_q8, "ParamGroup::" << call << ": q8 state arrays are Adam's (adam, "
+                                                << "AdamW) only; " << algorithm_name(config)
+                                                << " keeps f32, bf16 or f16 state");
+}
+}  // namespace
+
 void ParamGroup::set_algorithm(const AlgorithmConfig& config) {
   kopt::validate(config);
+  check_q8(storage_, config, "set_algorithm");
   // Per-array dtypes are by the algorithm's array index: another algorithm's arrays are others.
   const bool per_array = std::any_of(storage_.array_dtypes.begin(), storage_.array_dtypes.end(),
                                      [](const auto& d) { return d.has_value(); });
@@ -67,16 +90,17 @@ void validate(const StateStorage& storage) {
                 "StateStorage.seed = " << storage.seed
                                        << " without stochastic rounding, which alone uses it");
   const auto stored = [](DType d) {
-    return d == DType::f32 || d == DType::bf16 || d == DType::f16;
+    return d == DType::f32 || d == DType::bf16 || d == DType::f16 || d == DType::q8;
   };
   KOPT_THROW_IF(!stored(storage.arrays),
                 "StateStorage.arrays = " << name_of(storage.arrays)
-                                         << " is not a state dtype kopt stores: f32, bf16 or f16");
+                                         << " is not a state dtype kopt stores: f32, bf16, f16 "
+                                            "or q8");
   for (std::size_t k = 0; k < storage.array_dtypes.size(); ++k)
     KOPT_THROW_IF(storage.array_dtypes[k] && !stored(*storage.array_dtypes[k]),
                   "StateStorage.array_dtypes[" << k << "] = " << name_of(*storage.array_dtypes[k])
-                                               << " is not a state dtype kopt stores: f32, bf16 "
-                                                  "or f16");
+                                               << " is not a state dtype kopt stores: f32, bf16, "
+                                                  "f16 or q8");
 }
 
 ParamGroup& ParamGroup::set_master(MasterStorage master) {
@@ -109,6 +133,7 @@ ParamGroup& ParamGroup::set_state_dtype(DType dtype) {
   s.arrays = dtype;
   s.array_dtypes = {};
   validate(s);
+  check_q8(s, config_, "set_state_dtype");
   storage_ = s;
   return *this;
 }
@@ -139,6 +164,7 @@ ParamGroup& ParamGroup::set_state_dtype(const std::string& array, DType dtype) {
   StateStorage s = storage_;
   s.array_dtypes[k] = dtype;
   validate(s);
+  check_q8(s, config_, "set_state_dtype");
   storage_ = s;
   return *this;
 }

@@ -166,10 +166,11 @@ std::size_t ParamRegistry::index_of(const std::string& name) const {
   return it->second;
 }
 
-std::pair<std::int64_t, std::int64_t> ParamRegistry::lay_out() {
-  // Every param's state starts on a 64-byte boundary (16 floats): vector loads of a small
-  // tensor's state then never straddle cache lines, which costs ~20% on many small tensors.
-  const auto padded = [](std::int64_t n) { return (n + 15) / 16 * 16; };
+std::pair<std::int64_t, std::int64_t> ParamRegistry::lay_out(std::int64_t alignment) {
+  // Every param's state starts on a 64-byte boundary (16 floats) at least: vector loads of a
+  // small tensor's state then never straddle cache lines, which costs ~20% on many small
+  // tensors.
+  const auto padded = [&](std::int64_t n) { return (n + alignment - 1) / alignment * alignment; };
   first_new_ = laid_out_;
   for (; laid_out_ < entries_.size(); ++laid_out_) {
     ParamEntry& e = entries_[laid_out_];

@@ -16,6 +16,8 @@ std::size_t size_of(DType dtype) {
       return 8;
     case DType::i32:
       return 4;
+    case DType::q8:
+      return 1;
   }
   KOPT_THROW_IF(true, "unknown dtype " << static_cast<int>(dtype));
 }
@@ -32,6 +34,8 @@ const char* name_of(DType dtype) {
       return "f64";
     case DType::i32:
       return "i32";
+    case DType::q8:
+      return "q8";
   }
   return "unknown dtype";
 }

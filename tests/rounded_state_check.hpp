@@ -3,9 +3,11 @@
 // (kopt::StateStorage's dtypes): every step against a double-precision reference started
 // from the state kopt stored (widened), its new state rounded to each array's dtype the same
 // way. Shared by the bf16-state and per-array-dtype tests.
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <kopt/impl/block_q8.hpp>
 #include <kopt/impl/fused_optimizer_def.hpp>
 #include <random>
 #include <string>
@@ -48,6 +50,22 @@ inline std::int64_t ulp_distance(kopt::DType dtype, double expected, float got) 
   return std::abs(bits(static_cast<float>(expected)) - bits(got));
 }
 
+// `x` (a param's new state, in double) as a q8 array of it holds it: rounded to float, each
+// block of kopt::Impl::q8_block encoded against its own scale, decoded (block_q8.hpp's map
+// is checked against an exhaustive search in test_block_q8.cpp).
+inline std::vector<float> q8_rounded(const std::vector<double>& x, bool root) {
+  std::vector<float> out(x.begin(), x.end());
+  float block[kopt::Impl::q8_block];
+  std::vector<unsigned char> codes(kopt::Impl::q8_block_bytes);
+  for (std::size_t b = 0; b < out.size(); b += kopt::Impl::q8_block) {
+    const int n = static_cast<int>(std::min<std::size_t>(kopt::Impl::q8_block, out.size() - b));
+    kopt::Impl::q8_encode_run(root, out.data() + b, codes.data(), n);
+    kopt::Impl::q8_decode_run(root, codes.data(), block, n);
+    std::copy(block, block + n, out.begin() + static_cast<std::ptrdiff_t>(b));
+  }
+  return out;
+}
+
 // 30 steps of `config` on params of sizes 0, 1, 17 and 1,000 with state stored as `storage`
 // (each array in its dtype): each
 // step against `reference_step(t, p, g, s, uncertain)`, a double step from the widened state
@@ -83,6 +101,10 @@ void expect_steps_round_state(const typename Policy::Config& config,
       for (std::size_t k = 0; k < 3; ++k) s[k].assign(before[j].s[k].begin(), before[j].s[k].end());
       std::vector<char> uncertain(n, 0);
       reference_step(t, p, g, s, uncertain);
+      std::array<std::vector<float>, 3> q8;  // the q8 arrays' expected values
+      for (std::size_t k = 0; k < 3; ++k)
+        if (storage.dtype_of(k) == kopt::DType::q8)
+          q8[k] = q8_rounded(s[k], (kopt::Impl::q8_roots_of<Policy>() >> k & 1u) != 0);
       for (std::size_t i = 0; i < n; ++i) {
         for (std::size_t k = 0; k < 3; ++k) {
           if ((kept >> k & 1u) == 0) continue;
@@ -91,6 +113,17 @@ void expect_steps_round_state(const typename Policy::Config& config,
           const double scale = std::abs(before[j].s[k][i]) + std::abs(g[i]) + g[i] * g[i];
           if (storage.dtype_of(k) == kopt::DType::f32) {  // fp32 arithmetic, unrounded
             far += std::abs(after.s[k][i] - s[k][i]) > 1e-6 * scale;
+            continue;
+          }
+          if (storage.dtype_of(k) == kopt::DType::q8) {  // the same code, or a neighbour's
+            const double want = q8[k][i], got = after.s[k][i];
+            const std::size_t b = i / kopt::Impl::q8_block * kopt::Impl::q8_block;
+            double block_max = 0;
+            for (std::size_t j = b; j < std::min(n, b + kopt::Impl::q8_block); ++j)
+              block_max = std::max(block_max, std::abs(static_cast<double>(q8[k][j])));
+            exact += got == want;
+            far += std::abs(got - want) > 0.13 * std::abs(want) + 1e-5 * block_max;
+            ++total;
             continue;
           }
           const std::int64_t d = ulp_distance(storage.dtype_of(k), s[k][i], after.s[k][i]);

@@ -187,7 +187,7 @@ TEST(Bf16StateOptimizer, BadInputIsRefusedNamingIt) {
   kopt::ParamGroup group;
   expect_error<kopt::InvalidArgument>([&] { group.set_state_dtype(DType::f64); },
                                       "StateStorage.arrays = f64 is not a state dtype kopt "
-                                      "stores: f32, bf16 or f16");
+                                      "stores: f32, bf16, f16 or q8");
   EXPECT_EQ(group.storage(), kopt::StateStorage{});
   using Opt = kopt::FusedOptimizer<Kokkos::DefaultHostExecutionSpace, kopt::Impl::AdamPolicy>;
   expect_error<kopt::InvalidArgument>(

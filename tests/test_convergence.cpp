@@ -21,6 +21,8 @@ namespace kc = kopt_convergence;
 //   bf16_master_bf16_state 1.0763, bf16_remainder_bf16_state 1.0775,
 //   bf16_stochastic_bf16_state 1.0787; bf16_no_master_bf16_state 1.7627 (Expect::worse).
 //   Seeds 1-3: bf16-state rows 1.04-1.09, no master to nearest 1.49-1.80.
+//   bf16_remainder_q8_m_f32_v 0.9960 (seeds 1-3: 1.004-1.012); bf16_remainder_q8_state
+//   0.8648 (seeds 1-3: 0.88-0.93: Expect::no_worse, see convergence_options.hpp).
 //   Muon (match_rms_adamw, AdamW's schedule) on the weights of all layers but the output:
 //   0.3139 with bf16 params and masters and with fp32 params (Expect::better; 0.3155 and
 //   0.3139 with Kokkos Kernels' own gemm instead of OpenBLAS).
@@ -73,20 +75,23 @@ TEST(Convergence, RemainderMastersTrainBitwiseLikeFp32MastersTieForTie) {
   }
 }
 
-// Every other row against the reference: Expect::close within the tolerance, Expect::worse
+// Every other row against the reference: Expect::close within the tolerance (no_worse: not
+// above it), Expect::worse
 // beyond it, Expect::better (Muon on the hidden matrices beside AdamW, issue 19) at most the
 // reference's loss; and the reference itself trained (its loss fell 187x, 1.585 to 0.0085).
 TEST(Convergence, EveryStorageOptionEndsWithinToleranceOfTheReference) {
   const kc::Curve reference = kc::train(kc::reference_option());
   EXPECT_LT(reference.eval_loss, reference.loss.front() / 100);
   for (const kc::StorageOption& option : kc::storage_options) {
-    if (option.expect != kc::Expect::close && option.expect != kc::Expect::worse &&
-        option.expect != kc::Expect::better)
+    if (option.expect != kc::Expect::close && option.expect != kc::Expect::no_worse &&
+        option.expect != kc::Expect::worse && option.expect != kc::Expect::better)
       continue;
     const double ratio = kc::train(option).eval_loss / reference.eval_loss;
     std::printf("%-28s eval loss / reference %.4f\n", option.name, ratio);
     if (option.expect == kc::Expect::close)
       EXPECT_NEAR(ratio, 1.0, tolerance) << option.name;
+    else if (option.expect == kc::Expect::no_worse)
+      EXPECT_LE(ratio, 1.0 + tolerance) << option.name;
     else if (option.expect == kc::Expect::better)
       EXPECT_LE(ratio, 1.0) << option.name << ": trains worse than AdamW alone";
     else

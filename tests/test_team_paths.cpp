@@ -102,7 +102,9 @@ TEST(TeamPaths, EveryAlgorithmAndDtypePairStepsBitwiseLikeTheHostPath) {
 // arrays, no masters (to nearest with f16 arrays: the staged form; stochastically with bf16
 // arrays), remainders beside per-array dtypes (bf16 exp_avg, fp32 exp_avg_sq); LAMB with
 // remainders and bf16 arrays, and without masters and f16 arrays (its sums read each form);
-// Muon and Adafactor with remainders, and rounding stochastically into their params.
+// Muon and Adafactor with remainders, and rounding stochastically into their params; Adam's
+// q8 arrays (a team encodes each block together): all three with amsgrad, and q8 exp_avg
+// beside bf16 exp_avg_sq over remainders.
 TEST(TeamPaths, EveryStorageFormStepsBitwiseLikeTheHostPath) {
   const std::vector<kopt::AlgorithmConfig> configs = {kopt::AdamConfig{.lr = 1e-2},
                                                       kopt::AdamConfig{.lr = 1e-2, .amsgrad = true},
@@ -114,9 +116,13 @@ TEST(TeamPaths, EveryStorageFormStepsBitwiseLikeTheHostPath) {
                                                       kopt::MuonConfig{.lr = 1e-2},
                                                       kopt::MuonConfig{.lr = 1e-2},
                                                       kopt::AdafactorConfig{},
-                                                      kopt::AdafactorConfig{}};
+                                                      kopt::AdafactorConfig{},
+                                                      kopt::AdamConfig{.lr = 1e-2, .amsgrad = true},
+                                                      kopt::AdamConfig{.lr = 1e-2}};
   kopt::StateStorage mixed{.master = MasterStorage::remainder, .arrays = DType::bf16};
   mixed.array_dtypes[1] = DType::f32;
+  kopt::StateStorage q8_m{.master = MasterStorage::remainder, .arrays = DType::bf16};
+  q8_m.array_dtypes[0] = DType::q8;
   const std::vector<kopt::StateStorage> storage = {
       {.master = MasterStorage::f32, .arrays = DType::bf16},
       {.master = MasterStorage::remainder, .arrays = DType::bf16},
@@ -134,7 +140,9 @@ TEST(TeamPaths, EveryStorageFormStepsBitwiseLikeTheHostPath) {
        .rounding = kopt::Rounding::stochastic,
        .seed = 5},
       {.master = MasterStorage::remainder},  // Adafactor
-      {.master = MasterStorage::none, .rounding = kopt::Rounding::stochastic, .seed = 7}};
+      {.master = MasterStorage::none, .rounding = kopt::Rounding::stochastic, .seed = 7},
+      {.arrays = DType::q8},
+      q8_m};
   std::vector<ParamDef> defs;
   const std::size_t sizes[] = {8199, 17, 1};
   for (std::size_t g = 0; g < configs.size(); ++g)

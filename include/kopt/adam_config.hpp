@@ -52,6 +52,10 @@ struct AdamConfig {
   /// The state arrays a param of this group keeps (bit k: array k): exp_avg, exp_avg_sq, and
   /// max_exp_avg_sq with amsgrad.
   unsigned state_arrays() const { return amsgrad ? 7u : 3u; }
+  /// Adam's arrays may be stored as DType::q8 (blockwise 8-bit codes): exp_avg signed, and
+  /// exp_avg_sq and max_exp_avg_sq (bits 1 and 2), never negative, as their square roots
+  /// (kopt/impl/block_q8.hpp says why). Algorithms without this member keep no q8 state.
+  static constexpr unsigned q8_square_arrays = 6u;
   /// Calls f(name, field) for every field, in the order a checkpoint stores them.
   template <class F>
   void visit_fields(F&& f) {

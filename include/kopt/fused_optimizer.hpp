@@ -27,13 +27,16 @@ namespace kopt {
 template <class MemSpace, std::size_t NumArrays>
 struct StateView {
   /// The policy's arrays (Policy::array_names); empty where no group keeps one yet. An
-  /// array stored in 16 bits (StateStorage::dtype_of) is a copy widened from the engine's
-  /// own (bf16_arrays, f16_arrays).
+  /// array stored in 16 or 8 bits (StateStorage::dtype_of) is a copy widened from the
+  /// engine's own (bf16_arrays, f16_arrays, q8_arrays).
   std::array<Kokkos::View<const float*, MemSpace>, NumArrays> arrays;
   /// The engine's own arrays of dtype bf16 (else empty).
   std::array<Kokkos::View<const bfloat16*, MemSpace>, NumArrays> bf16_arrays;
   /// The engine's own arrays of dtype f16 (else empty).
   std::array<Kokkos::View<const float16*, MemSpace>, NumArrays> f16_arrays;
+  /// The engine's own arrays of dtype q8 (else empty): the param's blocks, 260 bytes per 256
+  /// elements (kopt/impl/block_q8.hpp).
+  std::array<Kokkos::View<const unsigned char*, MemSpace>, NumArrays> q8_arrays;
   /// Empty for fp32 params; under MasterStorage::remainder, a copy joined from the param
   /// and its remainder; under MasterStorage::none, the param widened.
   Kokkos::View<const float*, MemSpace> master;

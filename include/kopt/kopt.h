@@ -37,6 +37,8 @@ typedef enum {
   KOPT_F32 = 0,
   KOPT_BF16 = 1,
   KOPT_F16 = 2,
+  /* State arrays only: Adam's moments in blockwise 8-bit codes (kopt::DType::q8). */
+  KOPT_Q8 = 5,
   KOPT_DTYPE_FORCE_INT32_MIN = -0x7fffffff - 1,
   KOPT_DTYPE_FORCE_INT32 = 0x7fffffff
 } kopt_dtype;
@@ -119,7 +121,7 @@ kopt_status kopt_groups_set_rounding(kopt_groups* groups, size_t group, const ch
                                      uint64_t seed);
 /* The element type of group `group`'s state arrays (kopt::StateStorage::arrays): KOPT_F32
  * (the default), KOPT_BF16 or KOPT_F16 (stored rounded to nearest even; offloaded groups
- * too). Clears the per-array ones. */
+ * too), or for Adam KOPT_Q8 (blockwise 8-bit codes). Clears the per-array ones. */
 kopt_status kopt_groups_set_state_dtype(kopt_groups* groups, size_t group, kopt_dtype dtype);
 /* The element type of one of the group's state arrays, by its algorithm's name for it
  * ("exp_avg", "exp_avg_sq", "max_exp_avg_sq" for Adam; "momentum_buffer", "exp_avg", "sum"):

@@ -246,16 +246,16 @@ KOPT_LOOP_FUNCTION void narrow_host_loop(std::int64_t begin, std::int64_t end,
   float b0[narrow_stage], b1[narrow_stage], b2[narrow_stage];
   for (std::int64_t i = begin; i < end; i += narrow_stage) {
     const int n = static_cast<int>(end - i < narrow_stage ? end - i : narrow_stage);
-    float* t0 = (kept & 1u) ? stage_in(d.of[0], s0, i, n, b0, ahead) : b0;
-    float* t1 = (kept & 2u) ? stage_in(d.of[1], s1, i, n, b1, ahead) : b1;
-    float* t2 = (kept & 4u) ? stage_in(d.of[2], s2, i, n, b2, ahead) : b2;
+    float* t0 = (kept & 1u) ? stage_in(d.of[0], s0, i, n, b0, ahead, d.root(0)) : b0;
+    float* t1 = (kept & 2u) ? stage_in(d.of[1], s1, i, n, b1, ahead, d.root(1)) : b1;
+    float* t2 = (kept & 4u) ? stage_in(d.of[2], s2, i, n, b2, ahead, d.root(2)) : b2;
     MasterT* m = nullptr;
     if constexpr (stored && !std::is_same_v<ParamT, float>) m = master + i;
     fused_host_loop<Policy, V, ParamT, GradT, Wide, false>(0, n, param + i, grad + i, m, t0, t1, t2,
                                                            s, ChunkRounding{r.key, r.first + i});
-    if constexpr ((kept & 1u) != 0) stage_out(d.of[0], s0, i, n, t0);
-    if constexpr ((kept & 2u) != 0) stage_out(d.of[1], s1, i, n, t1);
-    if constexpr ((kept & 4u) != 0) stage_out(d.of[2], s2, i, n, t2);
+    if constexpr ((kept & 1u) != 0) stage_out(d.of[0], s0, i, n, t0, d.root(0));
+    if constexpr ((kept & 2u) != 0) stage_out(d.of[1], s1, i, n, t1, d.root(1));
+    if constexpr ((kept & 4u) != 0) stage_out(d.of[2], s2, i, n, t2, d.root(2));
   }
 }
 

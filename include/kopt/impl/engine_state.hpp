@@ -64,6 +64,8 @@ class EngineState {
   using RemainderView = Kokkos::View<std::uint16_t*, MemSpace>;
   using Bf16View = Kokkos::View<bfloat16*, MemSpace>;
   using F16View = Kokkos::View<float16*, MemSpace>;
+  /// A q8 array's blocks (kopt/impl/block_q8.hpp), as bytes.
+  using Q8View = Kokkos::View<unsigned char*, MemSpace>;
 
   /// `storage`: how the state is held (validated); masters other than fp32 copies only with
   /// Masters::of_16_bit_params (the offload pipeline keeps its masters apart from the params).
@@ -77,6 +79,20 @@ class EngineState {
     KOPT_THROW_IF(storage_.master != MasterStorage::f32 && masters_ != Masters::of_16_bit_params,
                   label_ << ": masters kept apart from the params are fp32 copies, not "
                          << name_of(storage_.master));
+    constexpr bool takes_q8 = requires { Policy::Config::q8_square_arrays; };
+    for (std::size_t k = 0; k < Policy::num_arrays; ++k)
+      KOPT_THROW_IF(dtype(k) == DType::q8 && !takes_q8,
+                    label_ << ": StateStorage stores " << Policy::name << "'s "
+                           << Policy::array_names[k]
+                           << " as q8, which only Adam's moments take (blockwise 8-bit)");
+  }
+  /// Whether q8 array k holds its square roots.
+  static bool root(std::size_t k) { return (q8_roots_of<Policy>() >> k & 1u) != 0; }
+  /// Whether any array is q8: params are then laid out on whole blocks.
+  bool any_q8() const {
+    for (std::size_t k = 0; k < Policy::num_arrays; ++k)
+      if (dtype(k) == DType::q8) return true;
+    return false;
   }
   const StateStorage& storage() const { return storage_; }
   bool remainders() const { return storage_.master == MasterStorage::remainder; }
@@ -92,7 +108,7 @@ class EngineState {
   template <class Exec>
   bool grow(const Exec& exec, ParamRegistry& registry) {
     require_kokkos(label_.c_str());
-    const auto [moments, sixteen_bit] = registry.lay_out();
+    const auto [moments, sixteen_bit] = registry.lay_out(any_q8() ? q8_block : 16);
     const std::int64_t masters = storage_.master == MasterStorage::none ? 0
                                  : masters_ == Masters::of_every_param  ? moments
                                                                         : sixteen_bit;
@@ -117,6 +133,8 @@ class EngineState {
         bf16_[k] = grow_state_array(exec, bf16_[k], moments, name, which);
       else if (dtype(k) == DType::f16)
         f16_[k] = grow_state_array(exec, f16_[k], moments, name, which);
+      else if (dtype(k) == DType::q8)
+        q8_[k] = grow_state_array(exec, q8_[k], q8_bytes(moments), name, which);
       else
         arrays_[k] = grow_state_array(exec, arrays_[k], moments, name, which);
     }
@@ -134,6 +152,8 @@ class EngineState {
   const Bf16View& bf16_array(std::size_t k) const { return bf16_[k]; }
   /// Array k when its dtype is f16; else empty.
   const F16View& f16_array(std::size_t k) const { return f16_[k]; }
+  /// Array k's blocks when its dtype is q8; else empty.
+  const Q8View& q8_array(std::size_t k) const { return q8_[k]; }
   /// Whether array k is allocated, in either form.
   bool held(std::size_t k) const { return length(k) > 0; }
   /// The fp32 masters (empty when they are remainders).
@@ -163,9 +183,13 @@ class EngineState {
     slot.first_index = e.param.global_offset + begin;
     for (std::size_t k = 0; k < arrays_.size(); ++k) {
       const std::int64_t at = e.state_offset + begin;
+      // A q8 array's slot starts a block: params start on blocks, and so do the pieces the
+      // offload engine cuts them into.
+      assert(dtype(k) != DType::q8 || at % q8_block == 0);
       slot.state[k] = !held(k)                  ? nullptr
                       : dtype(k) == DType::bf16 ? static_cast<void*>(bf16_[k].data() + at)
                       : dtype(k) == DType::f16  ? static_cast<void*>(f16_[k].data() + at)
+                      : dtype(k) == DType::q8   ? static_cast<void*>(q8_block_of(q8_[k].data(), at))
                                                 : static_cast<void*>(arrays_[k].data() + at);
     }
   }
@@ -216,6 +240,8 @@ class EngineState {
         get_narrow(bf16_[k], out[k]);
       else if (dtype(k) == DType::f16)
         get_narrow(f16_[k], out[k]);
+      else if (dtype(k) == DType::q8 && out[k] != nullptr && n > 0)
+        Q8Span(q8_[k], e.state_offset, offset, count, root(k)).download().decode(out[k]);
       else
         get(arrays_[k], e.state_offset, out[k]);
     }
@@ -288,6 +314,11 @@ class EngineState {
         put_narrow(bf16_[k], in[k]);
       else if (dtype(k) == DType::f16)
         put_narrow(f16_[k], in[k]);
+      else if (dtype(k) == DType::q8 && in[k] != nullptr && q8_[k].extent(0) > 0 && n > 0)
+        Q8Span(q8_[k], e.state_offset, offset, count, root(k))
+            .download()
+            .encode(in[k], e.param.numel)
+            .upload(exec);
       else
         put(arrays_[k], e.state_offset, in[k]);
     }
@@ -332,7 +363,9 @@ class EngineState {
     for (const FloatView& a : arrays_) floats += a.span();
     for (const Bf16View& a : bf16_) halves += a.span();
     for (const F16View& a : f16_) halves += a.span();
-    return sizeof(float) * floats + sizeof(std::uint16_t) * halves;
+    std::size_t bytes = 0;
+    for (const Q8View& a : q8_) bytes += a.span();
+    return sizeof(float) * floats + sizeof(std::uint16_t) * halves + bytes;
   }
 
  private:
@@ -349,10 +382,70 @@ class EngineState {
 
   /// Elements of array k, in its form.
   std::int64_t length(std::size_t k) const {
+    if (dtype(k) == DType::q8)
+      return static_cast<std::int64_t>(q8_[k].extent(0)) / q8_block_bytes * q8_block;
     return static_cast<std::int64_t>(dtype(k) == DType::bf16  ? bf16_[k].extent(0)
                                      : dtype(k) == DType::f16 ? f16_[k].extent(0)
                                                               : arrays_[k].extent(0));
   }
+
+  /// The q8 blocks covering elements [offset, offset + count) of a param whose state starts
+  /// at element `first` of a q8 array, copied to the host to be decoded or re-encoded.
+  struct Q8Span {
+    const Q8View& array;
+    std::size_t begin, end;            ///< bytes of whole blocks in `array`
+    std::int64_t offset, count, skip;  ///< skip: elements of the first block before offset
+    bool root;
+    std::vector<unsigned char> bytes;
+    Q8Span(const Q8View& a, std::int64_t first, std::int64_t offset_, std::int64_t count_, bool r)
+        : array(a), offset(offset_), count(count_), skip(offset_ % q8_block), root(r) {
+      const std::int64_t from = (first + offset) / q8_block,
+                         to = (first + offset + count + q8_block - 1) / q8_block;
+      begin = static_cast<std::size_t>(from * q8_block_bytes);
+      end = static_cast<std::size_t>(to * q8_block_bytes);
+    }
+    Q8Span& download() {
+      bytes.resize(end - begin);
+      if (array.extent(0) > 0)  // else the zeros an unallocated array starts from
+        Kokkos::deep_copy(HostView<unsigned char>(bytes.data(), bytes.size()),
+                          Kokkos::subview(array, std::make_pair(begin, end)));
+      return *this;
+    }
+    /// out[j] = element offset + j.
+    void decode(float* out) const {
+      float block[q8_block];
+      for (std::size_t b = 0; b * q8_block_bytes < bytes.size(); ++b) {
+        q8_decode_run(root, bytes.data() + b * q8_block_bytes, block, q8_block);
+        for (int j = 0; j < q8_block; ++j) {
+          const std::int64_t at = static_cast<std::int64_t>(b) * q8_block + j - skip;
+          if (at >= 0 && at < count) out[at] = block[j];
+        }
+      }
+    }
+    /// Elements [offset, offset + count) = in[j], each block they touch encoded again (the
+    /// rest of a block as it was, decoded; nothing past the param's `numel` elements).
+    Q8Span& encode(const float* in, std::int64_t numel) {
+      float block[q8_block];
+      for (std::size_t b = 0; b * q8_block_bytes < bytes.size(); ++b) {
+        unsigned char* at_block = bytes.data() + b * q8_block_bytes;
+        q8_decode_run(root, at_block, block, q8_block);
+        const std::int64_t first = offset - skip + static_cast<std::int64_t>(b) * q8_block;
+        for (int j = 0; j < q8_block; ++j) {
+          const std::int64_t at = first + j - offset;
+          if (at >= 0 && at < count) block[j] = in[at];
+        }
+        const std::int64_t n = numel - first < q8_block ? numel - first : q8_block;
+        q8_encode_run(root, block, at_block, static_cast<int>(n));
+      }
+      return *this;
+    }
+    template <class Exec>
+    void upload(const Exec& exec) {
+      Kokkos::deep_copy(exec, Kokkos::subview(array, std::make_pair(begin, end)),
+                        HostView<const unsigned char>(bytes.data(), bytes.size()));
+      fence(exec, "kopt::EngineState::write_state");  // `bytes` dies after this
+    }
+  };
 
   std::string label_;
   Masters masters_;
@@ -361,6 +454,7 @@ class EngineState {
   std::array<FloatView, Policy::num_arrays> arrays_;
   std::array<Bf16View, Policy::num_arrays> bf16_;
   std::array<F16View, Policy::num_arrays> f16_;
+  std::array<Q8View, Policy::num_arrays> q8_;
   FloatView master_;         ///< MasterStorage::f32
   RemainderView remainder_;  ///< MasterStorage::remainder
   LoadedTies ties_;          ///< see write()

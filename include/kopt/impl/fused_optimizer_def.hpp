@@ -444,6 +444,18 @@ typename FusedOptimizer<ExecSpace, Policy>::State FusedOptimizer<ExecSpace, Poli
     } else if (state_.dtype(k) == DType::f16) {
       s.f16_arrays[k] = Kokkos::subview(state_.f16_array(k), at);
       s.arrays[k] = widened(s.f16_arrays[k]);
+    } else if (state_.dtype(k) == DType::q8) {
+      const std::int64_t first = e.state_offset / Impl::q8_block * Impl::q8_block_bytes;
+      s.q8_arrays[k] =
+          Kokkos::subview(state_.q8_array(k), range(first, Impl::q8_bytes(e.param.numel)));
+      Impl::allocation_point();
+      FloatView wide(Kokkos::view_alloc(Kokkos::WithoutInitializing, label_ + "::decoded_state"),
+                     static_cast<std::size_t>(e.param.numel));
+      Kokkos::parallel_for(
+          label_ + "::decoded_state",
+          Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>(exec_, 0, e.param.numel),
+          Impl::DecodeSpanFunctor{s.q8_arrays[k].data(), wide.data(), state_.root(k)});
+      s.arrays[k] = wide;
     } else {
       s.arrays[k] = Kokkos::subview(state_.array(k), at);
     }

@@ -1,8 +1,8 @@
 #pragma once
 /// \file
-/// State arrays stored in 16 bits (kopt::StateStorage's per-array dtypes: f32, bf16, f16),
-/// as the update kernel reads and writes them. The dtype of each array is a run-time value,
-/// the same for a whole launch: compiling one loop per combination of three arrays' dtypes
+/// State arrays stored in 16 or 8 bits (kopt::StateStorage's per-array dtypes: f32, bf16,
+/// f16, q8), as the update kernel reads and writes them. The dtype of each array is a run-time
+/// value, the same for a whole launch: compiling one loop per combination of three arrays' dtypes
 /// would multiply the kernels by up to 27, while a branch on a launch-wide value costs
 /// nothing measurable (the host widens a block of 256 elements per branch; a device warp
 /// takes the same branch on every thread).
@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <kopt/compat.hpp>
 #include <kopt/dtype.hpp>
+#include <kopt/impl/block_q8.hpp>
 #include <kopt/impl/f16_blocks.hpp>
 #include <kopt/state_storage.hpp>
 #include <kopt/storage_types.hpp>
@@ -20,11 +21,21 @@ namespace kopt::Impl {
 /// The element type of each of a launch's state arrays (StateStorage::dtype_of).
 struct StateDTypes {
   DType of[max_state_arrays] = {DType::f32, DType::f32, DType::f32};
+  /// Bit k: q8 array k is non-negative and holds its square roots (block_q8.hpp; the
+  /// policy's q8_square_arrays).
+  unsigned roots = 0;
 
-  static StateDTypes from(const StateStorage& storage) {
+  static StateDTypes from(const StateStorage& storage, unsigned roots = 0) {
     StateDTypes d;
     for (std::size_t k = 0; k < max_state_arrays; ++k) d.of[k] = storage.dtype_of(k);
+    d.roots = roots;
     return d;
+  }
+  KOKKOS_FORCEINLINE_FUNCTION bool root(int k) const { return (roots >> k & 1u) != 0; }
+  /// Whether any array is q8: its blocks are updated whole (an element's code depends on
+  /// its block's largest value).
+  KOKKOS_FORCEINLINE_FUNCTION bool any_q8() const {
+    return of[0] == DType::q8 || of[1] == DType::q8 || of[2] == DType::q8;
   }
 
   /// Element i of array k (at `s`), widened.
@@ -34,11 +45,18 @@ struct StateDTypes {
         return to_float(static_cast<const bfloat16*>(s)[i]);
       case DType::f16:
         return to_float(static_cast<const float16*>(s)[i]);
+      case DType::q8: {
+        const unsigned char* block = q8_block_of(const_cast<void*>(s), i);
+        const std::uint32_t code = block[i % q8_block];
+        return root(k) ? q8_decode<true>(code, q8_scale_of(block))
+                       : q8_decode<false>(code, q8_scale_of(block));
+      }
       default:
         return static_cast<const float*>(s)[i];
     }
   }
-  /// Element i of array k (at `s`) = v, rounded to nearest even.
+  /// Element i of array k (at `s`) = v, rounded to nearest even. Not for q8 arrays, whose
+  /// blocks are encoded whole (q8_encode_run).
   KOKKOS_FORCEINLINE_FUNCTION void store(int k, void* s, std::int64_t i, float v) const {
     switch (of[k]) {
       case DType::bf16:
@@ -77,9 +95,16 @@ KOPT_LOOP_FUNCTION void round_run(const float* KOPT_RESTRICT in, T* KOPT_RESTRIC
 }
 
 /// Elements [i, i + n) of array `s` of `dtype` as fp32: the array itself when it is f32,
-/// else `scratch` with them widened. Also asks the cache for the block `ahead` elements on.
+/// else `scratch` with them widened (q8: decoded; i starts a block, n <= q8_block; `root`:
+/// the array holds square roots). Also asks the cache for the block `ahead` elements on.
 KOKKOS_INLINE_FUNCTION float* stage_in(DType dtype, void* s, std::int64_t i, int n, float* scratch,
-                                       std::int64_t ahead) {
+                                       std::int64_t ahead, bool root = false) {
+  if (dtype == DType::q8) {
+    const unsigned char* next = q8_block_of(s, i + ahead);
+    for (std::int64_t b = 0; b < q8_block_bytes; b += 64) prefetch_ahead(next, b);
+    q8_decode_run(root, q8_block_of(s, i), scratch, n);
+    return scratch;
+  }
   const std::int64_t width = dtype == DType::f32 ? 4 : 2;
   for (std::int64_t b = (i + ahead) * width; b < (i + ahead + n) * width; b += 64)
     prefetch_ahead(static_cast<const char*>(s), b);
@@ -95,9 +120,11 @@ KOKKOS_INLINE_FUNCTION float* stage_in(DType dtype, void* s, std::int64_t i, int
   }
 }
 
-/// Writes `scratch` (stage_in's) back into elements [i, i + n) of a 16-bit array.
+/// Writes `scratch` (stage_in's) back into elements [i, i + n) of a 16-bit array, or
+/// encodes it as the q8 block starting at i.
 KOKKOS_INLINE_FUNCTION void stage_out(DType dtype, void* s, std::int64_t i, int n,
-                                      const float* scratch) {
+                                      const float* scratch, bool root = false) {
+  if (dtype == DType::q8) q8_encode_run(root, scratch, q8_block_of(s, i), n);
   if (dtype == DType::bf16) round_run(scratch, static_cast<bfloat16*>(s) + i, n);
   if (dtype == DType::f16) round_run(scratch, static_cast<float16*>(s) + i, n);
 }

@@ -37,6 +37,10 @@ OffloadEngine<DeviceExec, StateMem, Policy>::OffloadEngine(const DeviceExec& dev
       registry_(reachable_spaces<DeviceExec>(), label_),
       state_(label_, Masters::of_every_param, storage) {
   options_.validate();
+  KOPT_THROW_IF(state_.any_q8() && options_.chunk_elements % q8_block != 0,
+                label_ << ": OffloadOptions.chunk_elements = " << options_.chunk_elements
+                       << ": q8 state is updated in whole blocks of " << q8_block
+                       << " elements; use a multiple of " << q8_block);
 }
 
 template <class DeviceExec, class StateMem, class Policy>
@@ -130,7 +134,14 @@ void OffloadEngine<DeviceExec, StateMem, Policy>::build_batches_(
   };
   for (const std::size_t e : entries)
     for (std::int64_t off = 0, numel = registry_[e].param.numel; off < numel;) {
-      const std::int64_t take = std::min(numel - off, chunk - fill);
+      std::int64_t take = std::min(numel - off, chunk - fill);
+      // q8 blocks are updated whole: a param's pieces start on blocks (chunk is a multiple of
+      // one, so a batch without room for one more block has room left only after a param's end).
+      if (state_.any_q8() && off + take < numel) take -= take % q8_block;
+      if (take == 0) {
+        close_batch();
+        continue;
+      }
       segments_.push_back(Segment{e, off, take, fill});
       off += take;
       fill += take;

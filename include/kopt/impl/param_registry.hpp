@@ -89,8 +89,10 @@ class ParamRegistry {
   void reload_all() { std::fill(sync_.begin(), sync_.end(), char{1}); }
 
   /// Assigns buffer offsets to entries not laid out yet (appended after the existing ones,
-  /// so existing state keeps its place). Returns {moment elements, master elements}.
-  std::pair<std::int64_t, std::int64_t> lay_out();
+  /// so existing state keeps its place), each on a multiple of `alignment` elements (16, or
+  /// q8_block for an engine with q8 arrays, whose blocks then never span two params).
+  /// Returns {moment elements, master elements}.
+  std::pair<std::int64_t, std::int64_t> lay_out(std::int64_t alignment = 16);
   /// Entries from this index on were laid out by the last lay_out() call.
   std::size_t first_new() const { return first_new_; }
 

@@ -144,6 +144,8 @@ struct FusedUpdateFunctor {
     const ChunkRounding r = rounding_of(slot);
     auto* param = static_cast<ParamT*>(slot.param);
     const auto* grad = static_cast<const GradT*>(slot.grad);
+    if constexpr (narrow)
+      if (dtypes_.any_q8()) return q8_blocks(team, chunk, slot, param, grad, s, r);
     for (std::int64_t i = chunk.begin + team.team_rank(); i < chunk.end; i += team.team_size()) {
       if constexpr (row_factored<Policy>) {
         const std::int64_t row = i / slot.cols;
@@ -153,13 +155,75 @@ struct FusedUpdateFunctor {
               a2 = 0.0f;
         update_param<Policy, V, ParamT, GradT, Form<MasterT, float>>(
             i, param, grad, master_of(slot), a0, a1, a2, sr, r);
-      } else if constexpr (narrow)
+      } else if constexpr (narrow) {
         narrow_element<Policy, V, ParamT, GradT, F>(i, param, grad, master_of(slot), slot.state[0],
                                                     slot.state[1], slot.state[2], dtypes_, s, r);
-      else
+      } else
         fused_element<Policy, V, ParamT, GradT, F>(i, param, grad, master_of(slot),
                                                    state_of(slot, 0), state_of(slot, 1),
                                                    state_of(slot, 2), s, r);
+    }
+  }
+
+  /// Team scratch a launch needs: q8 arrays' new values of one block, until its scale is known.
+  int team_scratch_bytes() const {
+    return narrow && dtypes_.any_q8()
+               ? static_cast<int>(max_state_arrays * q8_block * sizeof(float))
+               : 0;
+  }
+
+  /// Device, with q8 arrays: the chunk a block at a time. Each thread updates its elements
+  /// (q8 ones decoded), stores 16-bit and f32 arrays at once and keeps q8 ones in team
+  /// scratch; then, per q8 array, the team finds the block's largest magnitude, encodes every
+  /// element against its scale, and one thread writes the scale.
+  template <class Member>
+  KOKKOS_INLINE_FUNCTION void q8_blocks(const Member& team, const Chunk& chunk,
+                                        const UpdateSlot& slot, ParamT* param, const GradT* grad,
+                                        const Scalars& s, const ChunkRounding& r) const {
+    constexpr unsigned kept = Policy::arrays_of(V);
+    using Scratch = Kokkos::View<float*, typename ExecSpace::scratch_memory_space,
+                                 Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+    const Scratch held(team.team_scratch(0), max_state_arrays * q8_block);
+    for (std::int64_t b = chunk.begin; b < chunk.end; b += q8_block) {
+      const int n = static_cast<int>(chunk.end - b < q8_block ? chunk.end - b : q8_block);
+      for (int j = team.team_rank(); j < n; j += team.team_size()) {
+        const std::int64_t i = b + j;
+        float a[max_state_arrays] = {};
+        for (int k = 0; k < static_cast<int>(max_state_arrays); ++k)
+          if ((kept >> k & 1u) != 0) a[k] = dtypes_.load(k, slot.state[k], i);
+        update_param<Policy, V, ParamT, GradT, Form<MasterT, float>>(
+            i, param, grad, master_of(slot), a[0], a[1], a[2], s, r);
+        for (int k = 0; k < static_cast<int>(max_state_arrays); ++k) {
+          if ((kept >> k & 1u) == 0) continue;
+          if (dtypes_.of[k] == DType::q8)
+            held(k * q8_block + j) = a[k];
+          else
+            dtypes_.store(k, slot.state[k], i, a[k]);
+        }
+      }
+      team.team_barrier();  // every old scale read, every new value held
+      for (int k = 0; k < static_cast<int>(max_state_arrays); ++k) {
+        if ((kept >> k & 1u) == 0 || dtypes_.of[k] != DType::q8) continue;
+        std::uint32_t amax = 0;
+        Kokkos::parallel_reduce(
+            Kokkos::TeamThreadRange(team, n),
+            [&](const int j, std::uint32_t& m) {
+              const std::uint32_t a = float_bits(held(k * q8_block + j)) & 0x7fffffffu;
+              m = a > m ? a : m;
+            },
+            Kokkos::Max<std::uint32_t>(amax));
+        unsigned char* block = q8_block_of(slot.state[k], b);
+        const bool root = dtypes_.root(k);
+        const float scale = root ? q8_scale<true>(amax) : q8_scale<false>(amax);
+        const float inv = 1.0f / scale;
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n), [&](const int j) {
+          const float x = held(k * q8_block + j);
+          block[j] = root ? q8_encode<true>(x, inv) : q8_encode<false>(x, inv);
+        });
+        Kokkos::single(Kokkos::PerTeam(team),
+                       [&] { std::memcpy(block + q8_block, &scale, sizeof scale); });
+      }
+      team.team_barrier();  // the scratch is the next block's
     }
   }
 
@@ -238,13 +302,23 @@ template <class ExecSpace, class Functor>
 void launch_chunks(const ExecSpace& exec, const std::string& label, std::int64_t num_chunks,
                    const Functor& functor) {
   if (num_chunks == 0) return;
+  // Team scratch, for kernels that ask for it (team_scratch_bytes).
+  const auto with_scratch = [&](Kokkos::TeamPolicy<ExecSpace> policy) {
+    if constexpr (requires { functor.team_scratch_bytes(); })
+      if (functor.team_scratch_bytes() > 0)
+        policy.set_scratch_size(0, Kokkos::PerTeam(functor.team_scratch_bytes()));
+    return policy;
+  };
   if constexpr (runs_on_host<ExecSpace>) {
     if (host_team_paths().load(std::memory_order_relaxed)) {
-      const Kokkos::TeamPolicy<ExecSpace> probe(exec, static_cast<int>(num_chunks), 1);
+      const auto probe =
+          with_scratch(Kokkos::TeamPolicy<ExecSpace>(exec, static_cast<int>(num_chunks), 1));
       const int size =
           std::min(device_team_size, probe.team_size_max(functor, Kokkos::ParallelForTag()));
       Kokkos::parallel_for(
-          label, Kokkos::TeamPolicy<ExecSpace>(exec, static_cast<int>(num_chunks), size), functor);
+          label,
+          with_scratch(Kokkos::TeamPolicy<ExecSpace>(exec, static_cast<int>(num_chunks), size)),
+          functor);
       return;
     }
     Kokkos::parallel_for(label,
@@ -252,9 +326,10 @@ void launch_chunks(const ExecSpace& exec, const std::string& label, std::int64_t
                                              Kokkos::IndexType<std::int64_t>>(exec, 0, num_chunks),
                          functor);
   } else {
-    Kokkos::parallel_for(
-        label, Kokkos::TeamPolicy<ExecSpace>(exec, static_cast<int>(num_chunks), device_team_size),
-        functor);
+    Kokkos::parallel_for(label,
+                         with_scratch(Kokkos::TeamPolicy<ExecSpace>(
+                             exec, static_cast<int>(num_chunks), device_team_size)),
+                         functor);
   }
 }
 
@@ -312,6 +387,19 @@ struct WidenSpanFunctor {
   KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t i) const { out[i] = to_float(in[i]); }
 };
 
+/// out[i] = element i of a q8 array whose element 0 starts the block at `blocks`.
+struct DecodeSpanFunctor {
+  const unsigned char* blocks;
+  float* out;
+  bool root;
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t i) const {
+    const unsigned char* block = q8_block_of(const_cast<unsigned char*>(blocks), i);
+    const float scale = q8_scale_of(block);
+    out[i] = root ? q8_decode<true>(block[i % q8_block], scale)
+                  : q8_decode<false>(block[i % q8_block], scale);
+  }
+};
+
 /// out[i] = the master that bf16 param[i] and remainder[i] hold, over one span.
 struct JoinSpanFunctor {
   const bfloat16* param;
@@ -359,6 +447,16 @@ void launch_sync(const ExecSpace& exec, const std::string& label, DType dtype,
       launch_chunks(exec, label, static_cast<std::int64_t>(chunks.extent(0)),
                     SyncMasterFunctor<ExecSpace, P>{slots, chunks});
   });
+}
+
+/// Bit k: the policy's array k, stored as q8, holds its square roots (its config's
+/// q8_square_arrays; 0 for an algorithm without q8 state).
+template <class Policy>
+constexpr unsigned q8_roots_of() {
+  if constexpr (requires { Policy::Config::q8_square_arrays; })
+    return Policy::Config::q8_square_arrays;
+  else
+    return 0u;
 }
 
 /// Calls f(std::integral_constant<int, V>{}) for the policy variant V == `variant`.
@@ -420,7 +518,8 @@ void launch_update(
           launch_chunks(
               exec, label, n,
               FusedUpdateFunctor<ExecSpace, Policy, decltype(v)::value, P, G, decltype(form)>{
-                  slots, scalars, chunks, steps, StateDTypes::from(storage), rates});
+                  slots, scalars, chunks, steps, StateDTypes::from(storage, q8_roots_of<Policy>()),
+                  rates});
         });
       });
     });

@@ -1,0 +1,169 @@
+#pragma once
+/// \file
+/// DType::q8 state arrays: blockwise 8-bit codes, as bitsandbytes' and torchao's 8-bit
+/// optimizers keep Adam's moments, with a map chosen to be computed rather than searched.
+///
+/// Layout: blocks of q8_block = 256 elements (bitsandbytes' and torchao's block; one host
+/// staging block, one device team), each 256 code bytes followed by the block's scale, a
+/// float power of two: q8_block_bytes = 260 bytes for 256 elements, 1.016 bytes each.
+///
+/// The map: an element is code value x scale, the code an 8-bit float with a 4-bit exponent
+/// (2^-14 ... 2^0, and subnormals down to 2^-(14 + M)):
+/// - signed arrays (exp_avg): 1 sign bit, 4 exponent bits, M = 3 mantissa bits (E4M3);
+/// - non-negative arrays (exp_avg_sq, max_exp_avg_sq) hold their square roots, unsigned,
+///   with M = 4 (E4M4).
+/// Why: a moment's magnitudes in one block span orders of magnitude, so a float code keeps
+/// the same relative precision (1/16 of an element at worst for E4M3, 1/32 for E4M4) across
+/// 5 decades below the block's largest element, where a linear map would flush every element
+/// 256x smaller than it to zero. The square root halves the second moment's decades, so its
+/// codes reach as far below its largest element as the first moment's (and a v that would
+/// flush to zero under an m that does not, dividing by eps alone, needs a grad 2^-18 of its
+/// block's largest). A power-of-two scale makes the scaling exact both ways: decoding and
+/// encoding again gives the same values, so a checkpoint of decoded values resumes bitwise.
+/// Encoding is integer arithmetic on the float's bits, rounding to nearest even, the same on
+/// every backend, with no table to search (bitsandbytes' dynamic map needs a binary search
+/// per element, which on a CPU costs more than the memory traffic it saves).
+///
+/// Scale: 2^E with E the least integer such that the block's largest magnitude is at most
+/// the largest code value (1.875, E4M3; 1.9375, E4M4) times 2^E, E in [-126, 127]. A block
+/// with a NaN or Inf gets a NaN scale: every element of it decodes to NaN.
+
+#include <Kokkos_Macros.hpp>
+#include <cstdint>
+#include <kopt/compat.hpp>
+#include <kopt/storage_types.hpp>
+
+namespace kopt::Impl {
+
+/// Elements per q8 block.
+inline constexpr int q8_block = 256;
+/// Bytes per q8 block: its codes, then its float scale (4-byte aligned: 256 + 4).
+inline constexpr std::int64_t q8_block_bytes = q8_block + static_cast<std::int64_t>(sizeof(float));
+
+/// Bytes of a q8 array of `n` elements, whole blocks.
+KOKKOS_INLINE_FUNCTION constexpr std::int64_t q8_bytes(std::int64_t n) {
+  return (n + q8_block - 1) / q8_block * q8_block_bytes;
+}
+
+/// The block holding element i of a q8 array whose element 0 starts a block at `base`.
+KOKKOS_FORCEINLINE_FUNCTION unsigned char* q8_block_of(void* base, std::int64_t i) {
+  return static_cast<unsigned char*>(base) + i / q8_block * q8_block_bytes;
+}
+KOKKOS_FORCEINLINE_FUNCTION float q8_scale_of(const unsigned char* block) {
+  float s;
+  std::memcpy(&s, block + q8_block, sizeof s);
+  return s;
+}
+
+/// The code map of an array: `Root` for a non-negative array kept as its square roots.
+template <bool Root>
+struct Q8Map {
+  static constexpr unsigned mantissa = Root ? 4u : 3u;
+  static constexpr unsigned drop = 23u - mantissa;     ///< float mantissa bits dropped
+  static constexpr unsigned top = Root ? 255u : 127u;  ///< the largest magnitude code
+  static constexpr std::uint32_t top_mantissa = (top & ((1u << mantissa) - 1u)) << drop;
+
+  /// The value of magnitude code c (< 2^(4 + mantissa)).
+  KOKKOS_FORCEINLINE_FUNCTION static float value(std::uint32_t c) {
+    const std::uint32_t e = c >> mantissa, f = c & ((1u << mantissa) - 1u);
+    const float sub = static_cast<float>(f) * (1.0f / static_cast<float>(1u << (14u + mantissa)));
+    return e == 0u ? sub : bits_float(((e + 112u) << 23) | (f << drop));
+  }
+
+  /// The nearest magnitude code to y >= 0 (ties to even), at most `top`: integer arithmetic
+  /// on y's bits, as float16::from_float, written as selects so the loops around vectorize.
+  KOKKOS_FORCEINLINE_FUNCTION static std::uint32_t code(float y) {
+    const std::uint32_t ay = float_bits(y) & 0x7fffffffu;
+    // Normal codes (y >= 2^-14): rebias the exponent (127 -> 15), round the dropped bits.
+    const std::uint32_t norm_base = (ay >> drop) - (112u << mantissa);
+    const std::uint32_t norm_rem = ay & ((1u << drop) - 1u), half = 1u << (drop - 1u);
+    const std::uint32_t norm =
+        norm_base + ((norm_rem > half ? 1u : 0u) | ((norm_rem == half ? 1u : 0u) & norm_base & 1u));
+    // Subnormal codes: y in units of 2^-(14 + mantissa) is mant24 >> (136 - mantissa - e);
+    // shifts past 24 leave less than half a unit. The shift stays in 1..25 off this branch.
+    const std::uint32_t e = ay >> 23, mant24 = (ay & 0x7fffffu) | 0x800000u;
+    const std::uint32_t shift_at = 136u - mantissa;
+    const std::uint32_t shift = e + 25u < shift_at ? 25u : (e >= shift_at ? 1u : shift_at - e);
+    const std::uint32_t sub_base = shift < 25u ? (mant24 >> shift) : 0u;
+    const std::uint32_t sub_rem = shift < 25u ? (mant24 & ((1u << shift) - 1u)) : mant24;
+    const std::uint32_t sub_half = shift < 25u ? (1u << (shift - 1u)) : 0x1000000u;
+    const std::uint32_t sub = sub_base + ((sub_rem > sub_half ? 1u : 0u) |
+                                          ((sub_rem == sub_half ? 1u : 0u) & sub_base & 1u));
+    const std::uint32_t c = ay < 0x38800000u ? sub : norm;
+    return c > top ? top : c;
+  }
+
+  /// The scale of a block whose largest magnitude (stored value: the root for Root arrays)
+  /// has bits `amax` (sign cleared): the least 2^E with amax <= top value x 2^E.
+  KOKKOS_FORCEINLINE_FUNCTION static float scale(std::uint32_t amax) {
+    const std::uint32_t e = amax >> 23;  // biased exponent; E = e - 127 or one more
+    std::uint32_t biased = e + ((amax & 0x7fffffu) > top_mantissa ? 1u : 0u);
+    biased = biased < 1u ? 1u : (biased > 254u ? 254u : biased);
+    return amax >= 0x7f800000u ? bits_float(0x7fc00000u) : bits_float(biased << 23);
+  }
+};
+
+/// Decodes element j of a block.
+template <bool Root>
+KOKKOS_FORCEINLINE_FUNCTION float q8_decode(std::uint32_t code, float scale) {
+  if constexpr (Root) {
+    const float r = Q8Map<true>::value(code) * scale;
+    return r * r;
+  } else {
+    const float m = Q8Map<false>::value(code & 0x7fu) * scale;
+    return (code & 0x80u) != 0u ? -m : m;
+  }
+}
+
+/// The code of x in a block of scale `scale` (inv = 1 / scale, exact: a power of two).
+template <bool Root>
+KOKKOS_FORCEINLINE_FUNCTION std::uint8_t q8_encode(float x, float inv) {
+  if constexpr (Root) {
+    return static_cast<std::uint8_t>(Q8Map<true>::code(KOPT_SQRT(x < 0.0f ? 0.0f : x) * inv));
+  } else {
+    const std::uint32_t sign = (float_bits(x) >> 24) & 0x80u;
+    return static_cast<std::uint8_t>(sign | Q8Map<false>::code(x * inv));
+  }
+}
+
+/// The scale of a block of values whose largest magnitude (the largest value, for Root
+/// arrays, whose elements are never negative) has bits `amax`.
+template <bool Root>
+KOKKOS_FORCEINLINE_FUNCTION float q8_scale(std::uint32_t amax) {
+  if constexpr (Root) return Q8Map<true>::scale(float_bits(KOPT_SQRT(bits_float(amax))));
+  return Q8Map<false>::scale(amax);
+}
+
+/// out[j] = element j of `block`, j < n (n <= q8_block).
+template <bool Root>
+KOPT_LOOP_FUNCTION void q8_decode_run(const unsigned char* KOPT_RESTRICT block,
+                                      float* KOPT_RESTRICT out, int n) {
+  const float scale = q8_scale_of(block);
+  for (int j = 0; j < n; ++j) out[j] = q8_decode<Root>(block[j], scale);
+}
+
+/// Stores in[0, n) as `block` (n <= q8_block): the scale of their largest magnitude, then
+/// each code. Codes past n (a param's last, partial block) are left as they are.
+template <bool Root>
+KOPT_LOOP_FUNCTION void q8_encode_run(const float* KOPT_RESTRICT in,
+                                      unsigned char* KOPT_RESTRICT block, int n) {
+  std::uint32_t amax = 0;  // bit patterns of magnitudes order as the values, NaN above Inf
+  for (int j = 0; j < n; ++j) {
+    const std::uint32_t a = float_bits(in[j]) & 0x7fffffffu;
+    amax = a > amax ? a : amax;
+  }
+  const float scale = q8_scale<Root>(amax), inv = 1.0f / scale;
+  for (int j = 0; j < n; ++j) block[j] = q8_encode<Root>(in[j], inv);
+  std::memcpy(block + q8_block, &scale, sizeof scale);
+}
+
+/// Decode or encode a run with the map of `root` (a run-time flag, the same for a launch).
+KOKKOS_INLINE_FUNCTION void q8_decode_run(bool root, const unsigned char* block, float* out,
+                                          int n) {
+  root ? q8_decode_run<true>(block, out, n) : q8_decode_run<false>(block, out, n);
+}
+KOKKOS_INLINE_FUNCTION void q8_encode_run(bool root, const float* in, unsigned char* block, int n) {
+  root ? q8_encode_run<true>(in, block, n) : q8_encode_run<false>(in, block, n);
+}
+
+}  // namespace kopt::Impl
