@@ -80,14 +80,23 @@ void bm_update(benchmark::State& state) {
 // One tensor of n bf16 elements with its state stored in fewer bytes, beside the ceiling of
 // its own pattern: masters kept as remainders (Master = MasterStorage::remainder) beside fp32
 // state arrays (26 B/element against the 28 of an fp32 master), bf16 or f16 ones (S0 = S1 =
-// bfloat16 or float16: 18 B) or bf16 exp_avg beside fp32 exp_avg_sq (S0 = bfloat16, S1 =
-// float: 22 B); or no masters (MasterStorage::none, rounded to nearest or stochastically)
-// beside bf16 arrays (14 B).
+// bfloat16 or float16: 18 B), q8 ones (S0 = S1 = std::uint8_t: 14.06 B) or bf16 exp_avg
+// beside fp32 exp_avg_sq (S0 = bfloat16, S1 = float: 22 B); or no masters (MasterStorage::none,
+// rounded to nearest or stochastically) beside bf16 arrays (14 B). (S = std::uint8_t: q8 codes, 260
+// bytes per block of 256: 10.06 B with remainders.)
 template <class S>
 constexpr kopt::DType state_dtype() {
   return std::is_same_v<S, float>            ? kopt::DType::f32
          : std::is_same_v<S, kopt::bfloat16> ? kopt::DType::bf16
+         : std::is_same_v<S, std::uint8_t>   ? kopt::DType::q8
                                              : kopt::DType::f16;
+}
+// Bytes an element of a state array of S takes.
+template <class S>
+constexpr double stored_bytes() {
+  return std::is_same_v<S, std::uint8_t>
+             ? static_cast<double>(kopt::Impl::q8_block_bytes) / kopt::Impl::q8_block
+             : static_cast<double>(sizeof(S));
 }
 
 template <class ExecSpace, kopt::MasterStorage Master, class S0, class S1 = S0,
@@ -115,6 +124,8 @@ void bm_update_storage(benchmark::State& state) {
     using T = decltype(type);
     if constexpr (std::is_same_v<T, bfloat16>)
       return const_cast<bfloat16*>(s.bf16_arrays[k].data());
+    else if constexpr (std::is_same_v<T, std::uint8_t>)
+      return const_cast<std::uint8_t*>(s.q8_arrays[k].data());
     else if constexpr (std::is_same_v<T, kopt::float16>)
       return const_cast<kopt::float16*>(s.f16_arrays[k].data());
     else
@@ -123,7 +134,7 @@ void bm_update_storage(benchmark::State& state) {
   constexpr unsigned arrays = adam_arrays(false);
   // grad read, m and v read and written, and the param side (remainder: param and remainder
   // read and written, 8 B; none: the param read and written, 4 B).
-  constexpr double state_bytes = sizeof(bfloat16) + 2.0 * (sizeof(S0) + sizeof(S1));
+  constexpr double state_bytes = sizeof(bfloat16) + 2.0 * (stored_bytes<S0>() + stored_bytes<S1>());
   const auto run = [&] { opt.step(); };
   if constexpr (Master == kopt::MasterStorage::remainder) {
     const UpdatePattern<bfloat16, bfloat16, arrays, std::uint16_t, S0, S1> pattern{
@@ -166,6 +177,10 @@ void register_update_benchmarks() {
         bm_update_storage<S, MasterStorage::remainder, bfloat16, float>, sizes);
     add("adamw_bf16_remainder_f16_state" + on,
         bm_update_storage<S, MasterStorage::remainder, float16>, sizes);
+    add("adamw_bf16_remainder_q8_state" + on,
+        bm_update_storage<S, MasterStorage::remainder, std::uint8_t>, sizes);
+    add("adamw_bf16_remainder_q8_m_f32_v" + on,
+        bm_update_storage<S, MasterStorage::remainder, std::uint8_t, float>, sizes);
     add("adamw_bf16_no_master_bf16_state" + on, bm_update_storage<S, MasterStorage::none, bfloat16>,
         sizes);
     add("adamw_bf16_stochastic_bf16_state" + on,

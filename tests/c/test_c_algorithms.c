@@ -153,6 +153,17 @@ int main(void) {
   CHECK(kopt_step(opt, NULL) == KOPT_OK);
   CHECK(ra[0] != before);
   kopt_optimizer_destroy(opt);
+  /* q8 moments (Adam's only) beside remainders: the 14-byte step runs and moves the params;
+   * a q8 param is refused. */
+  before = ra[0];
+  CHECK(kopt_groups_set_state_dtype(groups, 0, KOPT_Q8) == KOPT_OK);
+  CHECK(kopt_optimizer_create(groups, NULL, &opt) == KOPT_OK);
+  CHECK(kopt_step(opt, NULL) == KOPT_OK);
+  CHECK(ra[0] != before);
+  kopt_optimizer_destroy(opt);
+  CHECK(kopt_groups_add_param(groups, 0, "q", half, KOPT_Q8, rg, KOPT_BF16, N, KOPT_HOST) ==
+        KOPT_ERROR_INVALID_ARGUMENT);
+  CHECK(strstr(kopt_last_error(), "KOPT_F32, KOPT_BF16 or KOPT_F16") != NULL);
   CHECK(kopt_groups_set_state_dtype(groups, 0, KOPT_BF16) == KOPT_OK);
   CHECK(kopt_groups_add_param(groups, 0, "h", half, KOPT_F16, rg, KOPT_BF16, N, KOPT_HOST) ==
         KOPT_OK);

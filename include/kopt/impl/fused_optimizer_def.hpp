@@ -423,39 +423,38 @@ typename FusedOptimizer<ExecSpace, Policy>::State FusedOptimizer<ExecSpace, Poli
     return std::make_pair(static_cast<std::size_t>(off), static_cast<std::size_t>(off + n));
   };
   State s;
-  // A 16-bit array: the engine's own, and a copy widened.
-  const auto widened = [&](const auto& narrow) {
-    using T = typename std::decay_t<decltype(narrow)>::non_const_value_type;
+  // A 16- or 8-bit array: the engine's own, and a copy widened by `fill(out)`, a functor over
+  // the param's elements.
+  const auto widened = [&](const auto& fill) {
     Impl::allocation_point();
     FloatView wide(Kokkos::view_alloc(Kokkos::WithoutInitializing, label_ + "::widened_state"),
                    static_cast<std::size_t>(e.param.numel));
     Kokkos::parallel_for(
         label_ + "::widened_state",
         Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>(exec_, 0, e.param.numel),
-        Impl::WidenSpanFunctor<T>{narrow.data(), wide.data()});
+        fill(wide.data()));
     return wide;
+  };
+  const auto widen = [](const auto& narrow) {
+    using T = typename std::decay_t<decltype(narrow)>::non_const_value_type;
+    return [p = narrow.data()](float* out) { return Impl::WidenSpanFunctor<T>{p, out}; };
   };
   for (std::size_t k = 0; k < Policy::num_arrays; ++k) {
     if (!state_.held(k)) continue;
     const auto at = range(e.state_offset, e.param.numel);
     if (state_.dtype(k) == DType::bf16) {
       s.bf16_arrays[k] = Kokkos::subview(state_.bf16_array(k), at);
-      s.arrays[k] = widened(s.bf16_arrays[k]);
+      s.arrays[k] = widened(widen(s.bf16_arrays[k]));
     } else if (state_.dtype(k) == DType::f16) {
       s.f16_arrays[k] = Kokkos::subview(state_.f16_array(k), at);
-      s.arrays[k] = widened(s.f16_arrays[k]);
+      s.arrays[k] = widened(widen(s.f16_arrays[k]));
     } else if (state_.dtype(k) == DType::q8) {
       const std::int64_t first = e.state_offset / Impl::q8_block * Impl::q8_block_bytes;
       s.q8_arrays[k] =
           Kokkos::subview(state_.q8_array(k), range(first, Impl::q8_bytes(e.param.numel)));
-      Impl::allocation_point();
-      FloatView wide(Kokkos::view_alloc(Kokkos::WithoutInitializing, label_ + "::decoded_state"),
-                     static_cast<std::size_t>(e.param.numel));
-      Kokkos::parallel_for(
-          label_ + "::decoded_state",
-          Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>(exec_, 0, e.param.numel),
-          Impl::DecodeSpanFunctor{s.q8_arrays[k].data(), wide.data(), state_.root(k)});
-      s.arrays[k] = wide;
+      s.arrays[k] = widened([&](float* out) {
+        return Impl::DecodeSpanFunctor{s.q8_arrays[k].data(), out, state_.root(k)};
+      });
     } else {
       s.arrays[k] = Kokkos::subview(state_.array(k), at);
     }
