@@ -87,7 +87,8 @@ struct Q8Map {
   KOKKOS_FORCEINLINE_FUNCTION static std::uint32_t code(float y) {
     const std::uint32_t ay = float_bits(y) & 0x7fffffffu;
     const std::uint32_t half = 1u << (drop - 1u);
-    const std::uint32_t norm = ((ay + (half - 1u) + ((ay >> drop) & 1u)) >> drop) - (112u << mantissa);
+    const std::uint32_t norm =
+        ((ay + (half - 1u) + ((ay >> drop) & 1u)) >> drop) - (112u << mantissa);
     constexpr float magic = static_cast<float>(1u << (9u - mantissa));
     const std::uint32_t sub = float_bits(bits_float(ay) + magic) - float_bits(magic);
     const std::uint32_t tiny = 0u - (ay < 0x38800000u ? 1u : 0u);  // all ones below 2^-14
