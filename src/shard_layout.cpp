@@ -8,23 +8,28 @@ namespace {
 std::int64_t round_up(std::int64_t n, std::int64_t to) { return (n + to - 1) / to * to; }
 }  // namespace
 
-ShardLayout::ShardLayout(const std::vector<std::int64_t>& numels, int world_size)
-    : world_size_(world_size), numels_(numels) {
+ShardLayout::ShardLayout(const std::vector<std::int64_t>& numels, int world_size,
+                         std::int64_t align)
+    : world_size_(world_size), align_(align), numels_(numels) {
   KOPT_THROW_IF(world_size < 1,
                 "kopt::ShardLayout: world_size = " << world_size << " must be >= 1");
+  KOPT_THROW_IF(
+      align < alignment || align % alignment != 0,
+      "kopt::ShardLayout: align = " << align << " must be a positive multiple of " << alignment);
   std::int64_t at = 0;
   for (std::size_t p = 0; p < numels.size(); ++p) {
     KOPT_THROW_IF(numels[p] < 0,
                   "kopt::ShardLayout: param " << p << " has " << numels[p] << " elements");
     starts_.push_back(at);
-    at = round_up(at + numels[p], alignment);
+    at = round_up(at + numels[p], align);
   }
-  shard_size_ = round_up(at, alignment * world_size) / world_size;
+  shard_size_ = round_up(at, align * world_size) / world_size;
 }
 
 ShardLayout ShardLayout::whole_params(const std::vector<std::int64_t>& numels,
-                                      const std::vector<double>& costs, int world_size) {
-  ShardLayout layout(numels, world_size);  // checks the counts and the world
+                                      const std::vector<double>& costs, int world_size,
+                                      std::int64_t align) {
+  ShardLayout layout(numels, world_size, align);  // checks the counts, world and alignment
   KOPT_THROW_IF(costs.size() != numels.size(), "kopt::ShardLayout: " << costs.size()
                                                                      << " costs for "
                                                                      << numels.size() << " params");
@@ -46,7 +51,7 @@ ShardLayout ShardLayout::whole_params(const std::vector<std::int64_t>& numels,
   for (std::size_t p = 0; p < numels.size(); ++p) {
     std::int64_t& end = at[static_cast<std::size_t>(owner[p])];
     offset[p] = end;
-    end = round_up(end + numels[p], alignment);
+    end = round_up(end + numels[p], align);
   }
   layout.shard_size_ = *std::max_element(at.begin(), at.end());
   for (std::size_t p = 0; p < numels.size(); ++p)

@@ -1,6 +1,7 @@
 #include <algorithm>
 #include <cstring>
 #include <kopt/error.hpp>
+#include <kopt/impl/block_q8.hpp>
 #include <kopt/impl/engine.hpp>
 #include <kopt/impl/shard_plan.hpp>
 #include <string>
@@ -10,8 +11,11 @@ namespace kopt::Impl {
 namespace {
 // A group whose algorithm needs whole params (Muon, Adafactor) keeps each param whole on
 // one rank, balanced by its cost (Muon's Newton-Schulz: numel times the smaller side, per
-// product; Adafactor's: numel); every other group is cut into equal shards.
+// product; Adafactor's: numel); every other group is cut into equal shards. A group with q8
+// arrays aligns its params and shards on q8 blocks: each rank then updates whole blocks, the
+// same ones at any world size, so that every result is bitwise that of one process.
 ShardLayout layout_of(const ParamGroup& group, int world) {
+  const std::int64_t align = group.storage().any(DType::q8) ? q8_block : ShardLayout::alignment;
   std::vector<std::int64_t> numels;
   std::vector<double> costs;
   for (const ParamSpec& p : group.params()) {
@@ -23,8 +27,8 @@ ShardLayout layout_of(const ParamGroup& group, int world) {
     costs.push_back(static_cast<double>(p.param.numel) * (side + 1.0));
   }
   if (needs_whole_tensors(group.algorithm()))
-    return ShardLayout::whole_params(numels, costs, world);
-  return ShardLayout(numels, world);
+    return ShardLayout::whole_params(numels, costs, world, align);
+  return ShardLayout(numels, world, align);
 }
 
 // dst[k] = float(src[k]) for a grad in host-reachable memory.

@@ -14,15 +14,17 @@ using kopt_test::HybridWorld;
 using kopt_test::ParamDef;
 
 // Every element of every param is in exactly one rank's shard, at the place the layout says.
-void expect_exact_cover(const std::vector<std::int64_t>& numels, int world) {
-  SCOPED_TRACE("world " + std::to_string(world));
-  const ShardLayout layout(numels, world);
-  EXPECT_EQ(layout.shard_size() % ShardLayout::alignment, 0);
+void expect_exact_cover(const std::vector<std::int64_t>& numels, int world,
+                        std::int64_t align = ShardLayout::alignment) {
+  SCOPED_TRACE("world " + std::to_string(world) + ", align " + std::to_string(align));
+  const ShardLayout layout(numels, world, align);
+  EXPECT_EQ(layout.align(), align);
+  EXPECT_EQ(layout.shard_size() % align, 0);
   EXPECT_EQ(layout.padded_size(), layout.shard_size() * world);
   std::vector<std::vector<int>> owner(numels.size());
   for (std::size_t p = 0; p < numels.size(); ++p) {
     owner[p].assign(static_cast<std::size_t>(numels[p]), -1);
-    EXPECT_EQ(layout.param_start(p) % ShardLayout::alignment, 0);
+    EXPECT_EQ(layout.param_start(p) % align, 0);
     if (p > 0) {
       EXPECT_GE(layout.param_start(p), layout.param_start(p - 1) + numels[p - 1]);
     }
@@ -31,6 +33,8 @@ void expect_exact_cover(const std::vector<std::int64_t>& numels, int world) {
     std::int64_t last_end = -1;
     for (const kopt::ShardSegment& s : layout.segments(r)) {
       EXPECT_GT(s.length, 0);
+      // Whole aligned pieces: a segment starts on the alignment within its param (q8 blocks)
+      EXPECT_EQ(s.param_offset % align, 0);
       EXPECT_GE(s.shard_offset, 0);
       EXPECT_LE(s.shard_offset + s.length, layout.shard_size());
       EXPECT_GT(s.shard_offset, last_end - 1);  // in shard order, not overlapping
@@ -57,6 +61,8 @@ TEST(ShardLayout, EveryElementHasExactlyOneOwner) {
     expect_exact_cover({0, 5, 0}, world);
     expect_exact_cover({100003}, world);
     expect_exact_cover({}, world);
+    expect_exact_cover({1, 13, 40, 7, 1000, 3, 4099}, world, 256);  // q8 groups' layout
+    expect_exact_cover({100003}, world, 256);
   }
 }
 
@@ -121,6 +127,9 @@ TEST(ShardLayout, BadInputIsRefused) {
   EXPECT_THROW(ShardLayout({1}, 0), kopt::InvalidArgument);
   EXPECT_THROW(ShardLayout({-1}, 2), kopt::InvalidArgument);
   EXPECT_THROW(ShardLayout({1}, 2).segments(2), kopt::InvalidArgument);
+  for (const std::int64_t align : {0, 8, 24, -16})
+    EXPECT_THROW(ShardLayout({1}, 2, align), kopt::InvalidArgument) << align;
+  EXPECT_THROW(ShardLayout::whole_params({1}, {1.0}, 2, 100), kopt::InvalidArgument);
 }
 
 TEST(ShardOf, MarksTheLocalPartAndChecksIt) {

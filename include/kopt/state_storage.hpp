@@ -90,6 +90,12 @@ struct StateStorage {
       if (dtype_of(k) != dtype) return false;
     return true;
   }
+  /// Whether some array is of `dtype`.
+  bool any(DType dtype) const {
+    for (std::size_t k = 0; k < max_state_arrays; ++k)
+      if (dtype_of(k) == dtype) return true;
+    return false;
+  }
   /// Whether every array is f32 (the default).
   bool wide() const { return all(DType::f32); }
 };

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <cmath>
 #include <kopt/impl/update_kernel.hpp>
 
 #include "../algorithm_world.hpp"
@@ -86,7 +87,11 @@ TEST(AlgorithmsZero1, ShardedRunsMatchOneProcessBitwise) {
 
 // Per rank, grads of small multiples of 1/128: their sum over ranks is exact in any order,
 // so one process given the sum sees bitwise what ZeRO-2's reduce-scatter produces.
-std::vector<std::vector<double>> rank_grads(const std::vector<ParamDef>& d, int step, bool sum) {
+// Rank r's grads of step `step` (or, with `sum`, every rank's summed), each k/128 for k in
+// [-100, 100]; `spread` scales runs of 64 elements by powers of two from 1 to 2^-11, so that
+// blocks of 256 elements cut at other offsets have other largest magnitudes (q8 scales).
+std::vector<std::vector<double>> rank_grads(const std::vector<ParamDef>& d, int step, bool sum,
+                                            bool spread = false) {
   std::vector<std::vector<double>> out;
   for (const ParamDef& p : d) out.emplace_back(p.n, 0.0);
   for (int r = 0; r < world_size(); ++r) {
@@ -94,7 +99,7 @@ std::vector<std::vector<double>> rank_grads(const std::vector<ParamDef>& d, int 
     std::uniform_int_distribution<int> k(-100, 100);
     for (std::size_t j = 0; j < d.size(); ++j)
       for (std::size_t i = 0; i < d[j].n; ++i) {
-        const double g = k(rng) / 128.0;
+        const double g = std::ldexp(k(rng) / 128.0, spread ? -static_cast<int>(i / 64 % 12) : 0);
         if (sum || r == world_rank()) out[j][i] += g;
       }
   }
@@ -104,9 +109,10 @@ std::vector<std::vector<double>> rank_grads(const std::vector<ParamDef>& d, int 
 // Step s of both runs: every rank the whole grads (ZeRO-1), or this rank its share of them
 // and the one process their sum (ZeRO-2, whose grads are then f32); the global norms agree
 // bitwise.
-void step_both(AlgorithmWorld& one, AlgorithmWorld& zero, int s, bool two) {
-  if (two) {
-    const auto mine = rank_grads(zero.defs, s, false), all = rank_grads(zero.defs, s, true);
+void step_both(AlgorithmWorld& one, AlgorithmWorld& zero, int s, bool two, bool spread = false) {
+  if (two || spread) {  // (ZeRO-1 with `spread`: every rank the sum)
+    const auto mine = rank_grads(zero.defs, s, !two, spread),
+               all = rank_grads(zero.defs, s, true, spread);
     for (std::size_t j = 0; j < zero.defs.size(); ++j) {
       zero.grads[j].set(mine[j]);
       one.grads[j].set(all[j]);
@@ -336,12 +342,10 @@ TEST(NoMasterZero, ShardedTeamPathStepsMatchOneProcessOnTheHostPath) {
 
 }  // namespace
 
-// q8 moments under ZeRO-1: each rank's piece of a param starts blocks of its own, so a
-// sharded run matches one process bitwise only at one rank, and elsewhere stays within what
-// other blocks' codes can move a param (every update at most lr in size: 8 steps of lr 1e-3
-// against params of magnitude ~1). The sharded checkpoint resumes bitwise at the same world
-// size.
-TEST(Q8Zero1, ShardedRunsStayCloseToOneProcessAndResumeBitwise) {
+// q8 groups lay their shards out on whole blocks (ShardLayout's align = q8_block): a block's
+// scale then comes from the same 256 elements at every world size, and ZeRO-1 and ZeRO-2
+// runs are bitwise one process's, at every rank count; a sharded checkpoint resumes bitwise.
+TEST(Q8Zero, ShardedRunsAreBitwiseOneProcessAndResumeBitwise) {
   const std::vector<ParamDef> d = {{0, DType::bf16, DType::bf16, false, 1000},
                                    {0, DType::bf16, DType::f32, false, 8199},
                                    {0, DType::bf16, DType::bf16, false, 3},
@@ -351,35 +355,29 @@ TEST(Q8Zero1, ShardedRunsStayCloseToOneProcessAndResumeBitwise) {
   const std::vector<kopt::StateStorage> storage = {
       {.master = kopt::MasterStorage::remainder, .arrays = DType::q8}};
   const kopt::AlgorithmConfig adamw = kopt::AdamConfig{.lr = 1e-3};
-  AlgorithmWorld one({adamw}, d, options, 28, {}, storage);
-  AlgorithmWorld zero({adamw}, d, sharded(options, kopt::ZeroStage::one), 28, {}, storage);
-  const auto step_both = [&](int s) {
-    for (AlgorithmWorld* w : {&one, &zero}) {
-      w->set_grads(s);
-      w->opt->step();
-    }
-  };
-  for (int s = 0; s < 8; ++s) step_both(s);
-  SCOPED_TRACE(std::to_string(world_size()) + " ranks");
-  if (world_size() == 1) {
+  for (const kopt::ZeroStage stage : {kopt::ZeroStage::one, kopt::ZeroStage::two}) {
+    const bool two = stage == kopt::ZeroStage::two;
+    SCOPED_TRACE(std::string(two ? "ZeRO-2" : "ZeRO-1") + " at " + std::to_string(world_size()) +
+                 " ranks");
+    std::vector<ParamDef> one_defs = d;
+    if (two)  // ZeRO-2 reduces in f32: the one process gets f32 grads
+      for (ParamDef& x : one_defs) x.grad = DType::f32;
+    AlgorithmWorld one({adamw}, one_defs, options, 28, {}, storage);
+    AlgorithmWorld zero({adamw}, d, sharded(options, stage), 28, {}, storage);
+    for (int s = 0; s < 8; ++s) step_both(one, zero, s, two, true);
     expect_same(one, zero);
-  } else {
-    for (std::size_t j = 0; j < d.size(); ++j) {
-      const auto a = one.params[j].get(), b = zero.params[j].get();
-      for (std::size_t i = 0; i < a.size(); ++i)
-        ASSERT_LE(std::abs(a[i] - b[i]), 2 * 8 * 1e-3 + 1e-2 * std::abs(a[i])) << one.name(j);
+    const kopt_test::SharedDir shared;
+    zero.opt->save(shared.path);
+    AlgorithmWorld resumed({adamw}, d, sharded(options, stage), 28, {}, storage);
+    for (std::size_t j = 0; j < d.size(); ++j) resumed.params[j].set(zero.params[j].get());
+    resumed.opt->load(shared.path);
+    for (int s = 8; s < 12; ++s) {
+      step_both(one, zero, s, two, true);
+      for (std::size_t j = 0; j < d.size(); ++j) resumed.grads[j].set(zero.grads[j].get());
+      resumed.opt->step();
     }
+    expect_same(one, zero);
+    for (std::size_t j = 0; j < d.size(); ++j)
+      EXPECT_EQ(resumed.params[j].get(), zero.params[j].get()) << zero.name(j);
   }
-  const kopt_test::SharedDir shared;
-  zero.opt->save(shared.path);
-  AlgorithmWorld resumed({adamw}, d, sharded(options, kopt::ZeroStage::one), 28, {}, storage);
-  for (std::size_t j = 0; j < d.size(); ++j) resumed.params[j].set(zero.params[j].get());
-  resumed.opt->load(shared.path);
-  for (int s = 8; s < 12; ++s)
-    for (AlgorithmWorld* w : {&zero, &resumed}) {
-      w->set_grads(s);
-      w->opt->step();
-    }
-  for (std::size_t j = 0; j < d.size(); ++j)
-    EXPECT_EQ(resumed.params[j].get(), zero.params[j].get()) << zero.name(j);
 }
