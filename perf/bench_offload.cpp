@@ -3,7 +3,9 @@
 // so machine noise hits all three: the full pipelined step (total), its copies alone (copy:
 // grads device->host, params host->device, same chunks and queues) and its host update alone
 // (update). overlap = total / max(copy, update): 1.0 is perfect overlap, 2.0 none;
-// of_serial = total / (copy + update).
+// of_serial = total / (copy + update). host_state_B and copy_B: bytes per element of host
+// state and of copies per step, by storage form (remainders: 2 B of host state for an fp32
+// master's 4, and the param's 2 B towards the host each step).
 // On a host-only build the "device" is host memory and the copy queues are worker threads.
 #include <kopt/impl/offload_engine.hpp>
 #include <kopt/kopt.hpp>
@@ -13,12 +15,16 @@
 namespace kopt_perf {
 namespace {
 
-template <class ParamT, class GradT>
-constexpr double copy_bytes_per_element() {
-  return static_cast<double>(sizeof(ParamT) + sizeof(GradT));
+/// The storage forms the rows measure: fp32 masters and moments (the default), and bf16
+/// params' 6-byte form, remainders with bf16 moments.
+enum class Form { fp32_state, remainder_bf16_state };
+
+kopt::StateStorage storage_of(Form form) {
+  if (form == Form::fp32_state) return {};
+  return {.master = kopt::MasterStorage::remainder, .arrays = kopt::DType::bf16};
 }
 
-template <class DeviceExec, class StateMem, class ParamT, class GradT>
+template <class DeviceExec, class StateMem, class ParamT, class GradT, Form form = Form::fp32_state>
 void bm_offload(benchmark::State& state) {
   using Mem = typename DeviceExec::memory_space;
   using Engine = kopt::Impl::OffloadEngine<DeviceExec, StateMem, kopt::Impl::AdamPolicy>;
@@ -28,8 +34,9 @@ void bm_offload(benchmark::State& state) {
   fill_random(param, 1);
   fill_random(grad, 2);
   kopt::OffloadOptions options;  // default chunks: 2^20 elements, 3 staging buffers
+  const kopt::StateStorage storage = storage_of(form);
   auto base = kopt::Impl::make_offload_engine(
-      kopt::memory_space_of<Mem>(), kopt::dtype_of<ParamT>(), kopt::AdamConfig{}, options);
+      kopt::memory_space_of<Mem>(), kopt::dtype_of<ParamT>(), kopt::AdamConfig{}, options, storage);
   auto& engine = dynamic_cast<Engine&>(*base);
   engine.add_group(kopt::AdamConfig{});
   engine.add("w", kopt::Tensor(param), kopt::Tensor(grad), 0);
@@ -63,8 +70,13 @@ void bm_offload(benchmark::State& state) {
   state.counters["wait_grads_ms"] = 1e3 * wait_grads / iters;
   state.counters["wait_staging_ms"] = 1e3 * wait_staging / iters;
   state.counters["wait_last_ms"] = 1e3 * wait_last / iters;
-  state.counters["copy_GB/s"] =
-      copy_bytes_per_element<ParamT, GradT>() * static_cast<double>(n) * iters / copy / 1e9;
+  // Grads in and params out; a param without an fp32 master comes in with its grad too.
+  const double copy_bytes = static_cast<double>(
+      sizeof(GradT) + sizeof(ParamT) * (storage.master == kopt::MasterStorage::f32 ? 1 : 2));
+  state.counters["copy_B"] = copy_bytes;
+  state.counters["host_state_B"] =
+      static_cast<double>(engine.state_bytes()) / static_cast<double>(n);
+  state.counters["copy_GB/s"] = copy_bytes * static_cast<double>(n) * iters / copy / 1e9;
   state.counters["overlap"] = total / std::max(copy, update);
   // Where copies and update share one resource (host-only: the cores and memory bandwidth),
   // the step cannot beat their sum by much; 1.0 = no gain from the pipeline, 0.5 = perfect.
@@ -132,6 +144,9 @@ template <class DeviceExec, class StateMem>
 void register_offload(const std::string& space) {
   const auto sizes = pow2_sizes({24}, {22, 24});
   add("offload_bf16/" + space, bm_offload<DeviceExec, StateMem, kopt::bfloat16, kopt::bfloat16>,
+      sizes);
+  add("offload_bf16_remainder_bf16_state/" + space,
+      bm_offload<DeviceExec, StateMem, kopt::bfloat16, kopt::bfloat16, Form::remainder_bf16_state>,
       sizes);
   if (full_suite())
     add("offload_fp32/" + space, bm_offload<DeviceExec, StateMem, float, float>, sizes);

@@ -63,6 +63,8 @@ def kopt_rows(bench, peers=None):
         elif kernel.startswith("offload"):
             note = (f"total {b['total_ms']:.1f} ms, copies {b['copy_ms']:.1f}, update "
                     f"{b['update_ms']:.1f}; overlap {b['overlap']:.2f} (1 = perfect, 2 = none)")
+            if "host_state_B" in b:
+                note += f"; host state {b['host_state_B']:.0f} B, copies {b['copy_B']:.0f} B per element"
         elif kernel.startswith("peers"):
             note = f"naive {b['naive_GB/s']:.1f} GB/s (1 thread)"
             if "libtorch_GB/s" in b:

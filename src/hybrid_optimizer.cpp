@@ -19,11 +19,16 @@ namespace {
 constexpr std::size_t kNone = std::numeric_limits<std::size_t>::max();
 
 /// The optimizer state a param would hold beside it: its algorithm's arrays (each of its
-/// dtype) + an fp32 master for 16-bit params, padded as the engines lay them out.
+/// dtype) + the master of a 16-bit param (fp32: 4 B, a remainder: 2 B, none: 0), padded as
+/// the engines lay them out.
 std::size_t device_state_bytes(const Tensor& param, const AlgorithmConfig& config,
                                const StateStorage& storage) {
-  const auto padded = static_cast<std::size_t>((param.numel + 15) / 16 * 16);
-  std::size_t bytes = param.dtype != DType::f32 ? padded * sizeof(float) : 0;
+  const std::int64_t align = storage.any(DType::q8) ? Impl::q8_block : 16;  // ParamRegistry
+  const auto padded = static_cast<std::size_t>((param.numel + align - 1) / align * align);
+  const std::size_t master = storage.master == MasterStorage::f32         ? sizeof(float)
+                             : storage.master == MasterStorage::remainder ? sizeof(std::uint16_t)
+                                                                          : 0;
+  std::size_t bytes = param.dtype != DType::f32 ? padded * master : 0;
   const unsigned kept = Impl::arrays_of(config);
   for (std::size_t k = 0; k < max_state_arrays; ++k) {
     if ((kept >> k & 1u) == 0) continue;
@@ -148,12 +153,9 @@ HybridOptimizer::HybridOptimizer(std::vector<ParamGroup> groups, const HybridOpt
       }
       Pending item{g, &p, Impl::engine_space_for(p.param.space),  // NotCompiled if missing
                    groups_[g].placement() == StatePlacement::host, storage};
-      // Only fp32 masters are offloaded (a remainder is half of a master whose other half,
-      // the param, stays on the device; without masters there is nothing apart from the
-      // params to move): groups of other forms are never chosen, nor LAMB groups (above).
-      // Arrays of any dtype are.
-      if (!item.offloaded && item.storage.master == MasterStorage::f32 &&
-          item.space != host_space && !whole && !tensors) {
+      // Groups of every master form and array dtype may be chosen; LAMB, Muon and
+      // Adafactor groups may not (above).
+      if (!item.offloaded && item.space != host_space && !whole && !tensors) {
         candidates.push_back(pending.size());
         candidate_bytes.push_back(device_state_bytes(shards_->local_param(pending.size()),
                                                      groups_[g].algorithm(), item.storage));

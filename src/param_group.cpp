@@ -110,11 +110,6 @@ ParamGroup& ParamGroup::set_master(MasterStorage master) {
   s.rounding = Rounding::nearest;
   s.seed = 0;
   validate(s);
-  KOPT_THROW_IF(master != MasterStorage::f32 && placement_ == StatePlacement::host,
-                "ParamGroup::set_master("
-                    << name_of(master) << "): a group with "
-                    << "StatePlacement::host keeps its masters apart from the params (their host "
-                    << "copy); use MasterStorage::f32 there");
   storage_ = s;
   return *this;
 }

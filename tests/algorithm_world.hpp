@@ -171,6 +171,13 @@ inline std::map<std::string, SavedParam> saved_params(const std::string& dir) {
   return out;
 }
 
+// Bytes of optimizer state in every memory space (HybridOptimizer::state_bytes, summed).
+inline std::size_t total_state_bytes(kopt::HybridOptimizer& opt) {
+  std::size_t bytes = 0;
+  for (const auto& [space, n] : opt.state_bytes()) bytes += n;
+  return bytes;
+}
+
 // Saves `opt` into a fresh directory and reads its state back.
 inline std::map<std::string, SavedParam> saved_params(kopt::HybridOptimizer& opt) {
   TempDir dir;

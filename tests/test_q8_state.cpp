@@ -65,11 +65,6 @@ kopt::HybridOptions clipped() {
   options.max_grad_norm = 5.0;
   return options;
 }
-std::size_t total_bytes(kopt::HybridOptimizer& opt) {
-  std::size_t b = 0;
-  for (const auto& [space, n] : opt.state_bytes()) b += n;
-  return b;
-}
 
 TEST(Q8StateOptimizer, StateBytesAreTheBlocksAndTheRemainders) {
   AlgorithmWorld w(configs(), defs(), clipped(), 4, {}, kQ8);
@@ -78,7 +73,7 @@ TEST(Q8StateOptimizer, StateBytesAreTheBlocksAndTheRemainders) {
   // of 260 bytes per block; remainders of the bf16 params (2 B, padded to 256); SGD's f32
   // momentum (17 elements padded to 16s: 32).
   const std::size_t blocks = (1024 + 8448 + 256) / 256;
-  EXPECT_EQ(total_bytes(*w.opt), 2 * 260 * blocks + 2 * (1024u + 256u) + 4 * 32u);
+  EXPECT_EQ(total_state_bytes(*w.opt), 2 * 260 * blocks + 2 * (1024u + 256u) + 4 * 32u);
 }
 
 TEST(Q8StateOptimizer, SaveAndLoadResumeBitwise) {

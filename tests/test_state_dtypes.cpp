@@ -139,11 +139,6 @@ kopt::HybridOptions clipped() {
   options.max_grad_norm = 5.0;
   return options;
 }
-std::size_t total_bytes(kopt::HybridOptimizer& opt) {
-  std::size_t b = 0;
-  for (const auto& [space, n] : opt.state_bytes()) b += n;
-  return b;
-}
 
 TEST(StateDtypesOptimizer, SetByNameTheGroupsStoreEachArrayInItsDtype) {
   const std::vector<kopt::ParamGroup> g = mixed_groups();
@@ -156,7 +151,8 @@ TEST(StateDtypesOptimizer, SetByNameTheGroupsStoreEachArrayInItsDtype) {
   w.train(0, 1);
   // Padded to 16 elements: Adam's bf16 m (2 B) and f32 v (4 B) over p0 and p1, p0's
   // remainder (2 B); SGD's f16 momentum (2 B) over p2 and p3, their fp32 masters (4 B).
-  EXPECT_EQ(total_bytes(*w.opt), (2 + 4) * (1008u + 8208u) + 2 * 1008u + (2 + 4) * (32u + 16u));
+  EXPECT_EQ(total_state_bytes(*w.opt),
+            (2 + 4) * (1008u + 8208u) + 2 * 1008u + (2 + 4) * (32u + 16u));
 }
 
 TEST(StateDtypesOptimizer, SaveAndLoadResumeBitwise) {
@@ -247,7 +243,7 @@ TEST(StateDtypesOptimizer, OffloadedGroupsStepLikeLocalOnesBitwise) {
   EXPECT_EQ(offloaded.all_params(), local.all_params());
   EXPECT_TRUE(saved_params(*offloaded.opt) == saved_params(*local.opt)) << "state differs";
   // Host masters of every param (4 B), Adam's bf16 m and f32 v, SGD's f16 momentum.
-  EXPECT_EQ(total_bytes(*offloaded.opt),
+  EXPECT_EQ(total_state_bytes(*offloaded.opt),
             4 * (1008u + 8208u + 32u + 16u) + (2 + 4) * (1008u + 8208u) + 2 * (32u + 16u));
 }
 

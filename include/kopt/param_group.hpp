@@ -13,7 +13,7 @@
 
 namespace kopt {
 
-/// Where a group's optimizer state (the algorithm's arrays, fp32 masters) lives.
+/// Where a group's optimizer state (the algorithm's arrays, the masters) lives.
 enum class StatePlacement : std::uint8_t {
   /// Beside the params, updated by the execution space that serves their memory.
   with_params,

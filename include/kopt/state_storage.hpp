@@ -22,15 +22,16 @@ enum class MasterStorage : std::uint8_t {
   /// `f32`'s param on one float in 131,072 by one bf16 ulp. The param is part of the master:
   /// weights written into it move the master with them (within one bf16 ulp of the new
   /// weights; exact when they are the weights saved with the optimizer's checkpoint).
-  /// Groups with state on the params' side only (StatePlacement::with_params, never chosen
-  /// for offload by OffloadOptions).
+  /// Offloaded (StatePlacement::host, or chosen by OffloadOptions), the remainders live on
+  /// the host (2 B there instead of an fp32 master's 4) and each step copies the param to
+  /// the host with its grad (2 B more per element towards the host).
   remainder,
   /// No master: the update runs from the 16-bit param widened and is rounded straight back
   /// into it (StateStorage::rounding), 0 bytes per element. Round to nearest loses every
   /// update smaller than half an ulp of the param (bf16: 2^-9 of its magnitude): sane when
   /// lr times the update stays well above that, e.g. short fine-tunes at large lr. Stochastic
   /// rounding (bf16 params) keeps such updates in expectation and is the choice for long
-  /// runs with small lr. Groups with state on the params' side only.
+  /// runs with small lr. Offloaded, each step copies the param to the host with its grad.
   none,
 };
 

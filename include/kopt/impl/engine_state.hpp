@@ -54,7 +54,8 @@ void classify_entries(
 
 /// Which params have an fp32 master, and where: the local engine keeps one per 16-bit param
 /// (ParamEntry::master_offset; an f32 param is its own master), the offload engine one per
-/// param at its state offset (an f32 param's host copy; not part of its state).
+/// param at its state offset (an f32 param's host copy; not part of its state). Masters of
+/// other forms (remainders; none) are of 16-bit params only, at either place.
 enum class Masters { of_16_bit_params, of_every_param };
 
 template <class MemSpace, class Policy>
@@ -67,8 +68,7 @@ class EngineState {
   /// A q8 array's blocks (kopt/impl/block_q8.hpp), as bytes.
   using Q8View = Kokkos::View<unsigned char*, MemSpace>;
 
-  /// `storage`: how the state is held (validated); masters other than fp32 copies only with
-  /// Masters::of_16_bit_params (the offload pipeline keeps its masters apart from the params).
+  /// `storage`: how the state is held (validated).
   EngineState(std::string label, Masters masters, const StateStorage& storage = {})
       : label_(std::move(label)), masters_(masters), storage_(storage) {
     validate(storage_);
@@ -76,15 +76,33 @@ class EngineState {
       KOPT_THROW_IF(storage_.array_dtypes[k].has_value(),
                     label_ << ": StateStorage.array_dtypes[" << k << "] is set, but "
                            << Policy::name << " has " << Policy::num_arrays << " state arrays");
-    KOPT_THROW_IF(storage_.master != MasterStorage::f32 && masters_ != Masters::of_16_bit_params,
-                  label_ << ": masters kept apart from the params are fp32 copies, not "
-                         << name_of(storage_.master));
     constexpr bool takes_q8 = requires { Policy::Config::q8_square_arrays; };
     for (std::size_t k = 0; k < Policy::num_arrays; ++k)
       KOPT_THROW_IF(dtype(k) == DType::q8 && !takes_q8,
                     label_ << ": StateStorage stores " << Policy::name << "'s "
                            << Policy::array_names[k]
                            << " as q8, which only Adam's moments take (blockwise 8-bit)");
+  }
+  /// Refuses a param whose master this storage cannot keep, naming it: remainders and
+  /// stochastic rounding are of bf16 params; an f32 param is its own master where masters
+  /// are of 16-bit params, and where they are of every param (offload) its master is its
+  /// fp32 host copy, so only fp32-master storage takes it.
+  void check_param(const std::string& name, const Tensor& param) const {
+    const bool f32 = param.dtype == DType::f32;
+    const bool own_master = f32 && masters_ == Masters::of_16_bit_params;
+    const auto refuse = [&](bool bad, const char* why) {
+      KOPT_THROW_IF(
+          bad, label_ << ": parameter '" << name << "' is " << name_of(param.dtype) << ": " << why);
+    };
+    refuse(f32 && !own_master && !master_copies(),
+           "an offloaded f32 param's master is its fp32 host copy: give it fp32 masters "
+           "(MasterStorage::f32)");
+    refuse(remainders() && param.dtype != DType::bf16 && !own_master,
+           "masters kept as remainders (MasterStorage::remainder) need bf16 params (or f32 "
+           "ones, which are their own masters)");
+    refuse(storage_.rounding == Rounding::stochastic && param.dtype != DType::bf16 && !own_master,
+           "stochastic rounding (Rounding::stochastic) is of bf16 params (f32 ones are their "
+           "own masters)");
   }
   /// Whether q8 array k holds its square roots.
   static bool root(std::size_t k) { return (q8_roots_of<Policy>() >> k & 1u) != 0; }

@@ -57,15 +57,7 @@ std::size_t FusedOptimizer<ExecSpace, Policy>::add_group(const Config& config) {
 template <class ExecSpace, class Policy>
 void FusedOptimizer<ExecSpace, Policy>::add(const std::string& name, const Tensor& param,
                                             const Tensor& grad, std::size_t group) {
-  KOPT_THROW_IF(state_.remainders() && param.dtype != DType::bf16 && param.dtype != DType::f32,
-                label_ << ": parameter '" << name << "' is " << name_of(param.dtype)
-                       << ": masters kept as remainders (MasterStorage::remainder) need bf16 "
-                       << "params (or f32 ones, which are their own masters)");
-  KOPT_THROW_IF(state_.storage().rounding == Rounding::stochastic && param.dtype != DType::bf16 &&
-                    param.dtype != DType::f32,
-                label_ << ": parameter '" << name << "' is " << name_of(param.dtype)
-                       << ": stochastic rounding (Rounding::stochastic) is of bf16 params "
-                       << "(f32 ones are their own masters)");
+  state_.check_param(name, param);
   if constexpr (Impl::has_tensor_stage<Policy>) {
     constexpr bool matrices = requires { Policy::Config::whole_matrices; };
     KOPT_THROW_IF((matrices && !param.is_matrix()) || param.is_shard(),

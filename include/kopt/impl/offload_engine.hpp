@@ -1,10 +1,13 @@
 #pragma once
 /// \file
 /// The offload engine (ZeRO-Offload): params and grads stay where the training code keeps
-/// them (device memory); the algorithm's state arrays and fp32 masters of every param live in
-/// host memory (`StateMem`: pinned where the backend has it). Each step runs a pipeline of
-/// fixed-size chunks: grads device->host on one copy queue, the host update of a chunk as
-/// soon as exactly that chunk's copies landed, the updated params host->device on a second
+/// them (device memory); the algorithm's state arrays and the masters live in host memory
+/// (`StateMem`: pinned where the backend has it). Masters are fp32 copies of every param
+/// (MasterStorage::f32), or remainders of bf16 params (2 B instead of 4 on the host; the
+/// param, the master's other half, then comes to the host with its grad every step: 2 B more
+/// per element copied), or none (the param itself, which comes along the same way). Each step
+/// runs a pipeline of fixed-size chunks: grads device->host on one copy queue, the host update of a
+/// chunk as soon as exactly that chunk's copies landed, the updated params host->device on a second
 /// queue (on a GPU its second copy engine; host-only builds share one worker), the next
 /// chunk's grads landing while this one computes. The host update is
 /// kopt's fused kernel (launch_update) on the host execution space: the same code, so
@@ -38,7 +41,8 @@ class OffloadEngine final : public Engine {
   using Config = typename Policy::Config;
   using Scalars = typename Policy::Scalars;
 
-  /// `storage`: fp32 masters (kept on the host for every param), state arrays of any dtype.
+  /// `storage`: any master form (fp32 masters kept on the host for every param; remainders
+  /// and none take 16-bit params only), state arrays of any dtype.
   OffloadEngine(const DeviceExec& device, std::shared_ptr<CopyQueue> to_host,
                 std::shared_ptr<CopyQueue> to_device, const OffloadOptions& options,
                 std::string label, const StateStorage& storage = {});
@@ -142,10 +146,11 @@ class OffloadEngine final : public Engine {
   std::vector<Segment> segments_;
   std::vector<Batch> batches_;
   std::vector<ClassRange> ranges_;
-  std::vector<Chunk> host_chunks_;      ///< slot = segment index
-  std::vector<Chunk> sync_chunks_;      ///< a batch's masters to reconcile (sync_masters_)
-  std::vector<UpdateSlot> host_slots_;  ///< per segment, pointing into staging and state
-  std::vector<Scalars> host_scalars_;   ///< this step's, rows named by host_slots_
+  std::vector<Chunk> host_chunks_;            ///< slot = segment index
+  std::vector<Chunk> sync_chunks_;            ///< a batch's masters to reconcile (sync_masters_)
+  std::vector<UpdateSlot> host_slots_;        ///< per segment, pointing into staging and state
+  std::vector<Scalars> host_scalars_;         ///< this step's, rows named by host_slots_
+  std::vector<std::int64_t> host_row_steps_;  ///< each row's step (1-based)
   std::vector<CopyQueue::Ticket> grads_landed_, params_sent_;
 
   // The grad norm, computed where the grads are before the pipeline starts.

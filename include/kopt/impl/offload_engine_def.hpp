@@ -56,6 +56,7 @@ std::size_t OffloadEngine<DeviceExec, StateMem, Policy>::add_group(const Algorit
 template <class DeviceExec, class StateMem, class Policy>
 void OffloadEngine<DeviceExec, StateMem, Policy>::add(const std::string& name, const Tensor& param,
                                                       const Tensor& grad, std::size_t group) {
+  state_.check_param(name, param);
   registry_.add(name, param, grad, group);
 }
 
@@ -187,6 +188,7 @@ void OffloadEngine<DeviceExec, StateMem, Policy>::build_plan_() {
   build_batches_(entries, true);
   host_slots_.assign(segments_.size(), UpdateSlot{});
   host_scalars_.reserve(segments_.size());  // step() then allocates nothing
+  host_row_steps_.reserve(segments_.size());
   for (std::size_t b = 0; b < batches_.size(); ++b)
     for (std::size_t i = batches_[b].seg_first; i < batches_[b].seg_last; ++i) {
       const Segment& s = segments_[i];
@@ -243,7 +245,9 @@ void OffloadEngine<DeviceExec, StateMem, Policy>::send_grads_(std::size_t batch)
             static_cast<const unsigned char*>(e.grad.data) + s.begin * size, s.len * size);
       // A master to reconcile: the param comes along, into its f32 master (which simply
       // becomes the param) or the param staging that update_() reconciles the master with.
-      if (registry_.sync_master(s.entry)) {
+      // Remainders, and groups without masters, need their params every step: a param is
+      // half its master, or all of it.
+      if (registry_.sync_master(s.entry) || !state_.master_copies()) {
         const std::size_t psize = size_of(e.param.dtype);
         send_(*to_host_, ops, count, const_cast<void*>(host_param_(batch, s)),
               static_cast<const unsigned char*>(e.param.data) + s.begin * psize, s.len * psize);
@@ -263,15 +267,16 @@ void OffloadEngine<DeviceExec, StateMem, Policy>::update_(std::size_t batch) {
                                                                             host_slots_.size());
   const Kokkos::View<const Scalars*, Kokkos::HostSpace, Unmanaged> scalars(host_scalars_.data(),
                                                                            host_scalars_.size());
+  const Kokkos::View<const std::int64_t*, Kokkos::HostSpace, Unmanaged> steps(
+      host_row_steps_.data(), host_row_steps_.size());
   sync_masters_(batch, slots);
   for (std::size_t r = batches_[batch].range_first; r < batches_[batch].range_last; ++r) {
     const ClassRange& range = ranges_[r];
     const Kokkos::View<const Chunk*, Kokkos::HostSpace, Unmanaged> chunks(
         host_chunks_.data() + range.first, range.last - range.first);
     launch_update<HostExec, Policy>(host_, label_ + "::update", range.key.param, range.key.grad,
-                                    range.key.variant, state_.storage(), slots, scalars,
-                                    Kokkos::View<const std::int64_t*, Kokkos::HostSpace>(),
-                                    chunks);  // (fp32 masters: no rounding keyed by step)
+                                    range.key.variant, state_.storage(), slots, scalars, steps,
+                                    chunks);
   }
   Impl::fence(host_, label_ + "::update");
   times_.update += offload_detail::seconds_since(t0);
@@ -313,6 +318,7 @@ void OffloadEngine<DeviceExec, StateMem, Policy>::step(double grad_scale) {
   // Scalars per segment, from its param's own group and step count: one table row per run
   // of segments that share both.
   host_scalars_.clear();
+  host_row_steps_.clear();
   std::size_t last_group = SIZE_MAX;
   std::int64_t last_step = -1;
   for (std::size_t i = 0; i < segments_.size(); ++i) {
@@ -321,6 +327,7 @@ void OffloadEngine<DeviceExec, StateMem, Policy>::step(double grad_scale) {
     if (group != last_group || step != last_step) {
       host_scalars_.push_back(
           Policy::scalars(std::get<Config>(registry_.config(group)), step + 1, grad_scale));
+      host_row_steps_.push_back(step + 1);  // stochastic rounding's bits are keyed by it
       last_group = group;
       last_step = step;
     }
@@ -330,6 +337,9 @@ void OffloadEngine<DeviceExec, StateMem, Policy>::step(double grad_scale) {
   times_ = PipelineTimes{};
   // The grads were written by work on the device's own instance: let it finish first.
   Impl::fence(device_, label_ + "::grads_ready");
+  // Remainders loaded from fp32 masters with odd ties: their params take the high halves
+  // now, before they are copied out (LoadedTies).
+  state_.settle_ties(host_, registry_, [&](std::size_t i) { return signature_[i] > 0; });
   try {
     const std::size_t n = batches_.size();
     if (n > 0) send_grads_(0);
@@ -360,7 +370,8 @@ void OffloadEngine<DeviceExec, StateMem, Policy>::sync_masters_(
   // The flagged segments' params landed in staging with their grads (send_grads_); an f32
   // param landed in its master, which simply becomes it. One launch per 16-bit dtype for
   // the whole batch (a launch per segment costs a fork and join each: 100,000 tiny params
-  // took seconds).
+  // took seconds). Remainders and groups without masters have nothing to reconcile.
+  if (!state_.master_copies()) return;
   for (const DType dtype : {DType::bf16, DType::f16}) {
     sync_chunks_.clear();
     for (std::size_t i = batches_[batch].seg_first; i < batches_[batch].seg_last; ++i)
