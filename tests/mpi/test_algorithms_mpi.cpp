@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <kopt/impl/update_kernel.hpp>
+#include <memory>
 
 #include "../algorithm_world.hpp"
 #include "shared_dir.hpp"
@@ -343,41 +344,63 @@ TEST(NoMasterZero, ShardedTeamPathStepsMatchOneProcessOnTheHostPath) {
 }  // namespace
 
 // q8 groups lay their shards out on whole blocks (ShardLayout's align = q8_block): a block's
-// scale then comes from the same 256 elements at every world size, and ZeRO-1 and ZeRO-2
-// runs are bitwise one process's, at every rank count; a sharded checkpoint resumes bitwise.
-TEST(Q8Zero, ShardedRunsAreBitwiseOneProcessAndResumeBitwise) {
+// scale then comes from the same 256 elements at every world size. Offloaded groups keep
+// remainders or no masters on the host. Each form's ZeRO-1 and ZeRO-2 runs are bitwise one
+// process's at every rank count, and a sharded checkpoint resumes bitwise.
+TEST(NarrowFormsZero, ShardedRunsAreBitwiseOneProcessAndResumeBitwise) {
   const std::vector<ParamDef> d = {{0, DType::bf16, DType::bf16, false, 1000},
                                    {0, DType::bf16, DType::f32, false, 8199},
                                    {0, DType::bf16, DType::bf16, false, 3},
                                    {0, DType::f32, DType::f32, false, 513}};
   kopt::HybridOptions options;
   options.max_grad_norm = 5.0;
-  const std::vector<kopt::StateStorage> storage = {
-      {.master = kopt::MasterStorage::remainder, .arrays = DType::q8}};
+  options.offload.chunk_elements = 768;  // whole q8 blocks; params span pipeline chunks
+  struct Case {
+    const char* name;
+    kopt::StateStorage storage;
+    bool offloaded;
+  };
+  const Case cases[] = {
+      {"q8 moments", {.master = kopt::MasterStorage::remainder, .arrays = DType::q8}, false},
+      {"offloaded remainders, q8 moments",
+       {.master = kopt::MasterStorage::remainder, .arrays = DType::q8},
+       true},
+      {"offloaded, no masters, stochastic",
+       {.master = kopt::MasterStorage::none,
+        .arrays = DType::bf16,
+        .rounding = kopt::Rounding::stochastic,
+        .seed = 3},
+       true}};
   const kopt::AlgorithmConfig adamw = kopt::AdamConfig{.lr = 1e-3};
-  for (const kopt::ZeroStage stage : {kopt::ZeroStage::one, kopt::ZeroStage::two}) {
-    const bool two = stage == kopt::ZeroStage::two;
-    SCOPED_TRACE(std::string(two ? "ZeRO-2" : "ZeRO-1") + " at " + std::to_string(world_size()) +
-                 " ranks");
-    std::vector<ParamDef> one_defs = d;
-    if (two)  // ZeRO-2 reduces in f32: the one process gets f32 grads
-      for (ParamDef& x : one_defs) x.grad = DType::f32;
-    AlgorithmWorld one({adamw}, one_defs, options, 28, {}, storage);
-    AlgorithmWorld zero({adamw}, d, sharded(options, stage), 28, {}, storage);
-    for (int s = 0; s < 8; ++s) step_both(one, zero, s, two, true);
-    expect_same(one, zero);
-    const kopt_test::SharedDir shared;
-    zero.opt->save(shared.path);
-    AlgorithmWorld resumed({adamw}, d, sharded(options, stage), 28, {}, storage);
-    for (std::size_t j = 0; j < d.size(); ++j) resumed.params[j].set(zero.params[j].get());
-    resumed.opt->load(shared.path);
-    for (int s = 8; s < 12; ++s) {
-      step_both(one, zero, s, two, true);
-      for (std::size_t j = 0; j < d.size(); ++j) resumed.grads[j].set(zero.grads[j].get());
-      resumed.opt->step();
+  for (const Case& c : cases)
+    for (const kopt::ZeroStage stage : {kopt::ZeroStage::one, kopt::ZeroStage::two}) {
+      const bool two = stage == kopt::ZeroStage::two;
+      SCOPED_TRACE(std::string(c.name) + (two ? ", ZeRO-2" : ", ZeRO-1") + " at " +
+                   std::to_string(world_size()) + " ranks");
+      std::vector<ParamDef> one_defs = d;
+      if (two)  // ZeRO-2 reduces in f32: the one process gets f32 grads
+        for (ParamDef& x : one_defs) x.grad = DType::f32;
+      const auto world = [&](const std::vector<ParamDef>& defs, const kopt::HybridOptions& o) {
+        return std::make_unique<AlgorithmWorld>(std::vector<kopt::AlgorithmConfig>{adamw}, defs, o,
+                                                28, std::vector<bool>{c.offloaded},
+                                                std::vector<kopt::StateStorage>{c.storage});
+      };
+      auto one = world(one_defs, options), zero = world(d, sharded(options, stage));
+      ASSERT_EQ(one->opt->is_offloaded(one->name(0)), c.offloaded);
+      for (int s = 0; s < 8; ++s) step_both(*one, *zero, s, two, true);
+      expect_same(*one, *zero);
+      const kopt_test::SharedDir shared;
+      zero->opt->save(shared.path);
+      auto resumed = world(d, sharded(options, stage));
+      for (std::size_t j = 0; j < d.size(); ++j) resumed->params[j].set(zero->params[j].get());
+      resumed->opt->load(shared.path);
+      for (int s = 8; s < 12; ++s) {
+        step_both(*one, *zero, s, two, true);
+        for (std::size_t j = 0; j < d.size(); ++j) resumed->grads[j].set(zero->grads[j].get());
+        resumed->opt->step();
+      }
+      expect_same(*one, *zero);
+      for (std::size_t j = 0; j < d.size(); ++j)
+        EXPECT_EQ(resumed->params[j].get(), zero->params[j].get()) << zero->name(j);
     }
-    expect_same(one, zero);
-    for (std::size_t j = 0; j < d.size(); ++j)
-      EXPECT_EQ(resumed.params[j].get(), zero.params[j].get()) << zero.name(j);
-  }
 }
