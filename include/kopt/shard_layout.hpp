@@ -5,12 +5,11 @@
 /// Vocabulary. The *world range* is the group's params flattened in registration order,
 /// each starting on a multiple of the layout's alignment (`ShardLayout::alignment` elements,
 /// or a multiple of it; the gaps are padding), and the whole padded to a multiple of
-/// `world_size * alignment`. It is cut into
-/// `world_size` equal contiguous shards: rank r's *local range* is
-/// [r * shard_size, (r + 1) * shard_size). A *param range* is an offset and length within
-/// one param. A rank's shard is a list of segments, each the intersection of one param
-/// with the local range. Params that straddle shard boundaries and empty shards (more
-/// ranks than elements) are normal; a rank may own no segment at all.
+/// `world_size` times that. It is cut into `world_size` equal contiguous shards: rank r's
+/// *local range* is [r * shard_size, (r + 1) * shard_size). A *param range* is an offset and
+/// length within one param. A rank's shard is a list of segments, each the intersection of
+/// one param with the local range. Params that straddle shard boundaries and empty shards
+/// (more ranks than elements) are normal; a rank may own no segment at all.
 
 #include <cstdint>
 #include <vector>

@@ -4,12 +4,12 @@
 /// them (device memory); the algorithm's state arrays and the masters live in host memory
 /// (`StateMem`: pinned where the backend has it). Masters are fp32 copies of every param
 /// (MasterStorage::f32), or remainders of bf16 params (2 B instead of 4 on the host; the
-/// param, the master's other half, then comes to the host with its grad every step: 2 B more
-/// per element copied), or none (the param itself, which comes along the same way). Each step
-/// runs a pipeline of fixed-size chunks: grads device->host on one copy queue, the host update of a
-/// chunk as soon as exactly that chunk's copies landed, the updated params host->device on a second
-/// queue (on a GPU its second copy engine; host-only builds share one worker), the next
-/// chunk's grads landing while this one computes. The host update is
+/// param, the master's other half, then comes to the host with its grad every step: 2 B
+/// more per element copied), or none (the param itself, which comes along the same way).
+/// Each step runs a pipeline of fixed-size chunks: grads device->host on one copy queue, the
+/// host update of a chunk as soon as exactly that chunk's copies landed, the updated params
+/// host->device on a second queue (on a GPU its second copy engine; host-only builds share
+/// one worker), the next chunk's grads landing while this one computes. The host update is
 /// kopt's fused kernel (launch_update) on the host execution space: the same code, so
 /// offloaded params get bitwise the same values as params updated by a host engine.
 
