@@ -111,8 +111,9 @@ kopt_status kopt_groups_add_group_config(kopt_groups* groups, const kopt_config*
 /* How group `group` keeps the fp32 masters of its 16-bit params (kopt::MasterStorage):
  * "f32" (the default: a 4-byte copy), "remainder" (bf16 params only: the param and a
  * 2-byte remainder hold the master exactly) or "none" (no master: updates are rounded into
- * the params, see kopt_groups_set_rounding); only "f32" with host_state = 1. Setting it
- * resets the rounding to "nearest". */
+ * the params, see kopt_groups_set_rounding); any of them with host_state = 1 (there the
+ * remainders live on the host, and each step brings the params to the host with their
+ * grads). Setting it resets the rounding to "nearest". */
 kopt_status kopt_groups_set_master(kopt_groups* groups, size_t group, const char* master);
 /* How a group without masters ("none") rounds its updates into its params
  * (kopt::Rounding): "nearest" (seed must be 0) or "stochastic" (bf16 params; the random
