@@ -111,11 +111,16 @@ void HybridOptimizer::save(const std::string& path) {
                            step_count(p.name),
                            arrays,
                            has_master};
-        // As the group stores them; q8 arrays as their values, f32 (the codes' power-of-two
-        // scales make decoded values encode to the same values again: a load resumes bitwise).
+        // As the group stores them. q8 arrays as codes where every piece of the param
+        // starts on one of its blocks (whole params, and the pieces ShardLayout cuts, which
+        // align q8 groups on blocks): the file's blocks are then the engines', and a load
+        // gets the same values back. A piece the training code cut (Tensor::shard_of) may
+        // start anywhere: its q8 arrays go to the file as their values, in f32.
+        unsigned q8_roots = 0;
         for (std::size_t k = 0; k < q.array_dtypes.size(); ++k) {
           const DType d = groups_[g].storage().dtype_of(k);
-          q.array_dtypes[k] = d == DType::q8 ? DType::f32 : d;
+          q.array_dtypes[k] = d == DType::q8 && p.param.is_shard() ? DType::f32 : d;
+          if (d == DType::q8 && Impl::q8_root(groups_[g].algorithm(), k)) q8_roots |= 1u << k;
         }
         q.rows = p.param.rows, q.cols = p.param.cols;
         q.tensor_state = static_cast<std::uint64_t>(Impl::tensor_state_size(
@@ -134,7 +139,8 @@ void HybridOptimizer::save(const std::string& path) {
                       what << ": parameter '" << p.name << "' holds " << tensor_state.size()
                            << " floats of per-param state, " << q.tensor_state << " expected");
         writer.append(*engines_[at.engine], p.name, piece.numel,
-                      Impl::block_arrays(arrays, has_master), q.array_dtypes, block, tensor_state);
+                      Impl::block_arrays(arrays, has_master), q.array_dtypes, q8_roots, block,
+                      tensor_state);
         blocks.push_back(block);
       }
     writer.commit();

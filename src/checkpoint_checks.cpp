@@ -59,6 +59,12 @@ void check_params(const Index& index, const std::string& file) {
                      who << ": arrays = " << int{p.arrays} << " in group " << p.group << " of "
                          << algorithm_name(group) << ", whose config uses arrays " << used
                          << " of its " << all);
+    for (std::size_t k = 0; k < p.array_dtypes.size(); ++k)
+      KOPT_THROW_IF_AS(
+          CheckpointError,
+          (p.arrays >> k & 1u) != 0 && p.array_dtypes[k] == DType::q8 && !takes_q8(group, k),
+          who << ": array " << k << " is stored as q8, which " << algorithm_name(group)
+              << "'s arrays are not");
     // A shape of rows x cols = global_numel (without the product: it may overflow), or none.
     const bool shaped = p.rows >= 0 && p.cols >= 0 &&
                         (p.rows == 0 || p.cols == 0
@@ -96,17 +102,15 @@ void check_block_fields(const Index& index, const std::string& file) {
     KOPT_THROW_IF_AS(
         CheckpointError, b.rank >= index.world_size,
         who << " of '" << p.name << "': rank " << b.rank << " in a world of " << index.world_size);
-    const std::uint64_t per_element = p.bytes_per_element();
-    const auto length = static_cast<std::uint64_t>(b.length);
+    // (0 bytes for a param with no state, an f32 param of SGD without momentum.)
+    std::uint64_t arrays = 0;
     const std::uint64_t extra = 4 * p.tensor_state;  // at most 2^63 / 4 floats: no overflow
-    KOPT_THROW_IF_AS(CheckpointError,
-                     // per_element is 0 for a param with no state (an f32 param of SGD
-                     // without momentum): its blocks hold no bytes.
-                     (per_element > 0 && length > (u64_max - extra) / per_element) ||
-                         b.bytes != per_element * length + extra,
-                     who << " of '" << p.name << "': " << b.bytes << " bytes for " << b.length
-                         << " elements of " << per_element << " bytes"
-                         << (extra ? " and its per-param state" : ""));
+    KOPT_THROW_IF_AS(
+        CheckpointError,
+        !p.array_bytes(b.length, arrays) || arrays > u64_max - extra || b.bytes != arrays + extra,
+        who << " of '" << p.name << "': " << b.bytes << " bytes for " << b.length
+            << " elements of its arrays (" << arrays << " bytes)"
+            << (extra ? " and its per-param state" : ""));
     KOPT_THROW_IF_AS(
         CheckpointError,
         b.bytes > 0 && (b.file_offset < kDataHeaderBytes || b.file_offset > u64_max - b.bytes),

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstring>
 #include <kopt/error.hpp>
+#include <kopt/impl/block_q8.hpp>
 #include <kopt/impl/checkpoint_format.hpp>
 #include <type_traits>
 #include <variant>
@@ -218,6 +219,9 @@ std::vector<unsigned char> serialize_index(const Index& index, std::uint32_t ver
                        "kopt: format version " << version << " holds fp32 state only; param '"
                                                << p.name << "' stores an array of dtype code "
                                                << static_cast<int>(d));
+      KOPT_THROW_IF_AS(CheckpointError, version < 5 && d == DType::q8,
+                       "kopt: format version " << version << " holds no q8 arrays; param '"
+                                               << p.name << "' stores one");
       if (version >= 3) body.put(static_cast<std::uint8_t>(d));
     }
     KOPT_THROW_IF_AS(CheckpointError, version < 4 && p.tensor_state != 0,
@@ -293,7 +297,8 @@ Index parse_index(const std::vector<unsigned char>& bytes, const std::string& fi
     q.dtype = static_cast<DType>(dtype);
     for (std::size_t k = 0; version >= 3 && k < q.array_dtypes.size(); ++k) {
       const auto d = r.get<std::uint8_t>();
-      KOPT_THROW_IF_AS(CheckpointError, d > static_cast<std::uint8_t>(DType::f16),
+      const bool q8 = version >= 5 && d == static_cast<std::uint8_t>(DType::q8);
+      KOPT_THROW_IF_AS(CheckpointError, d > static_cast<std::uint8_t>(DType::f16) && !q8,
                        file << ": param '" << q.name << "' stores state array " << k
                             << " with dtype code " << int{d});
       q.array_dtypes[k] = static_cast<DType>(d);
@@ -339,11 +344,38 @@ void check_data_header(const unsigned char* data, std::size_t bytes, std::uint64
       file << ": not the data file of this checkpoint (bad header)");
 }
 
-std::uint64_t IndexParam::bytes_per_element() const {
-  std::uint64_t bytes = has_master ? 4 : 0;
+std::uint64_t stored_bytes(DType dtype, std::int64_t n) {
+  const auto count = static_cast<std::uint64_t>(n);
+  return dtype == DType::q8 ? static_cast<std::uint64_t>(q8_bytes(n)) : stored_width(dtype) * count;
+}
+
+bool IndexParam::array_bytes(std::int64_t length, std::uint64_t& bytes) const {
+  // Below 2^58 elements, each of at most 4 arrays and a master of at most 4 bytes (a q8
+  // array: 260 per 256) sums to less than 2^63.
+  if (length < 0 || length >= (std::int64_t{1} << 58)) return false;
+  bytes = has_master ? stored_bytes(DType::f32, length) : 0;
   for (std::size_t k = 0; k < array_dtypes.size(); ++k)
-    if ((arrays >> k & 1u) != 0) bytes += stored_width(array_dtypes[k]);
-  return bytes;
+    if ((arrays >> k & 1u) != 0) bytes += stored_bytes(array_dtypes[k], length);
+  return true;
+}
+
+bool takes_q8(const AlgorithmConfig& config, std::size_t k) {
+  return std::visit(
+      [&](const auto& c) {
+        return requires { std::decay_t<decltype(c)>::q8_square_arrays; }
+        &&k < c.state_array_names.size();
+      },
+      config);
+}
+
+bool q8_root(const AlgorithmConfig& config, std::size_t k) {
+  return std::visit(
+      [&](const auto& c) {
+        if constexpr (requires { std::decay_t<decltype(c)>::q8_square_arrays; })
+          return (std::decay_t<decltype(c)>::q8_square_arrays >> k & 1u) != 0;
+        return false;
+      },
+      config);
 }
 
 }  // namespace kopt::Impl

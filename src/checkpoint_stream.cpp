@@ -3,8 +3,10 @@
 // (docs/checkpoint-format.md, "Memory"), whatever the size of the params or of the state.
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <filesystem>
 #include <kopt/error.hpp>
+#include <kopt/impl/block_q8.hpp>
 #include <kopt/impl/checkpoint_stream.hpp>
 #include <kopt/storage_types.hpp>
 
@@ -29,6 +31,43 @@ void encode(DType dtype, const float* values, std::size_t n, unsigned char* out)
                                                      : float_bits(values[i]);
     for (std::uint64_t k = 0; k < stored_width(dtype); ++k)
       out[stored_width(dtype) * i + k] = static_cast<unsigned char>(bits >> (8 * k));
+  }
+}
+
+/// Elements [0, n) of a q8 array's values as whole blocks of 256 from values[0] (the last
+/// one maybe partial): each block's codes, its unused codes 0, then its scale's 4 bytes,
+/// little-endian. Values a q8 array held, in blocks that start where its blocks start, come
+/// back from these exactly: each is a code value of its block's scale, and a block's largest
+/// picks that scale or half of it, which holds every one of them too.
+void encode_q8(bool root, const float* values, std::size_t n, unsigned char* out) {
+  for (std::size_t b = 0; b < n; b += q8_block, out += q8_block_bytes) {
+    unsigned char block[q8_block_bytes] = {};
+    q8_encode_run(root, values + b, block,
+                  static_cast<int>(std::min<std::size_t>(q8_block, n - b)));
+    std::memcpy(out, block, q8_block);
+    const std::uint32_t scale = float_bits(q8_scale_of(block));
+    for (int k = 0; k < 4; ++k) out[q8_block + k] = static_cast<unsigned char>(scale >> (8 * k));
+  }
+}
+
+/// Elements [first, first + n) of blocks stored by encode_q8 starting at `in` (block 0 holds
+/// elements [0, 256)), widened.
+void decode_q8(bool root, const unsigned char* in, std::size_t first, std::size_t n,
+               float* values) {
+  float block_values[q8_block];
+  for (std::size_t at = first; at < first + n;) {
+    const std::size_t b = at / q8_block, lo = at - b * q8_block;
+    const std::size_t take = std::min<std::size_t>(q8_block - lo, first + n - at);
+    const unsigned char* stored = in + (b - first / q8_block) * q8_block_bytes;
+    unsigned char block[q8_block_bytes];
+    std::memcpy(block, stored, q8_block);
+    std::uint32_t scale = 0;
+    for (int k = 0; k < 4; ++k) scale |= std::uint32_t{stored[q8_block + k]} << (8 * k);
+    const float scale_value = bits_float(scale);
+    std::memcpy(block + q8_block, &scale_value, sizeof scale_value);
+    q8_decode_run(root, block, block_values, static_cast<int>(lo + take));
+    std::copy_n(block_values + lo, take, values + (at - first));
+    at += take;
   }
 }
 
@@ -61,13 +100,17 @@ StateWriter::StateWriter(const std::string& path, std::uint64_t generation, std:
 
 void StateWriter::append(Engine& engine, const std::string& name, std::int64_t numel,
                          const std::array<bool, 4>& arrays,
-                         const std::array<DType, max_state_arrays>& dtypes, IndexBlock& block,
-                         const std::vector<float>& tensor_state) {
+                         const std::array<DType, max_state_arrays>& dtypes, unsigned q8_roots,
+                         IndexBlock& block, const std::vector<float>& tensor_state) {
   block.file_offset = file_.size();
-  const std::int64_t per_span = span_floats;
   std::uint32_t crc = 0;
   for (std::size_t a = 0; a < arrays.size(); ++a) {
     if (!arrays[a]) continue;
+    const DType dtype = stored_dtype(dtypes, a);
+    // q8 spans hold whole blocks (all but the array's last).
+    const std::int64_t per_span =
+        dtype == DType::q8 ? std::max<std::int64_t>(q8_block, span_floats / q8_block * q8_block)
+                           : std::int64_t{span_floats};
     for (std::int64_t at = 0; at < numel; at += per_span) {
       const std::int64_t count = std::min(per_span, numel - at);
       const auto n = static_cast<std::size_t>(count);
@@ -75,10 +118,12 @@ void StateWriter::append(Engine& engine, const std::string& name, std::int64_t n
       StateSpan<float> span{at, count, {}};
       span.arrays[a] = span_.data();
       engine.read_state(name, span);
-      const DType dtype = stored_dtype(dtypes, a);
-      const std::size_t bytes = stored_width(dtype) * n;
+      const auto bytes = static_cast<std::size_t>(stored_bytes(dtype, count));
       if (bytes_.size() < bytes) bytes_.resize(bytes);
-      encode(dtype, span_.data(), n, bytes_.data());
+      if (dtype == DType::q8)
+        encode_q8((q8_roots >> a & 1u) != 0, span_.data(), n, bytes_.data());
+      else
+        encode(dtype, span_.data(), n, bytes_.data());
       crc = crc32c(bytes_.data(), bytes, crc);
       file_.write(bytes_.data(), bytes);
     }
@@ -177,21 +222,28 @@ void StateReader::apply(std::uint32_t param, std::int64_t offset, std::int64_t n
     std::uint64_t array_start = b.file_offset;
     for (std::size_t a = 0; a < arrays.size(); ++a) {
       if (!arrays[a]) continue;
-      const std::uint64_t width = stored_width(stored_dtype(p.array_dtypes, a));
-      const std::uint64_t array_at =
-          array_start + width * static_cast<std::uint64_t>(lo - b.global_offset);
+      const DType dtype = stored_dtype(p.array_dtypes, a);
+      const bool root = dtype == DType::q8 && q8_root(index_.groups[p.group], a);
       for (std::int64_t at = lo; at < hi; at += per_span) {
         const std::int64_t count = std::min(per_span, hi - at);
         const auto m = static_cast<std::size_t>(count);
         if (span_.size() < m) span_.resize(m);
-        decode(stored_dtype(p.array_dtypes, a),
-               view_(b.rank, array_at + width * static_cast<std::uint64_t>(at - lo), width * m), m,
-               span_.data());
+        const auto first = static_cast<std::uint64_t>(at - b.global_offset);  // in the block
+        if (dtype == DType::q8) {  // the whole blocks that hold [first, first + m)
+          const std::uint64_t from = first / q8_block, to = (first + m + q8_block - 1) / q8_block;
+          decode_q8(root,
+                    view_(b.rank, array_start + from * q8_block_bytes,
+                          static_cast<std::size_t>((to - from) * q8_block_bytes)),
+                    static_cast<std::size_t>(first), m, span_.data());
+        } else {
+          const std::uint64_t width = stored_width(dtype);
+          decode(dtype, view_(b.rank, array_start + width * first, width * m), m, span_.data());
+        }
         StateSpan<const float> span{at - offset, count, {}};
         span.arrays[a] = span_.data();
         engine.write_state(name, span);
       }
-      array_start += width * static_cast<std::uint64_t>(b.length);
+      array_start += stored_bytes(dtype, b.length);
     }
   }
   // The per-param state, after the arrays of the param's one block (check_index).

@@ -3,6 +3,8 @@
 // depend only on (seed, step, param) so that two worlds can be stepped on the same data,
 // and the optimizer state as a checkpoint holds it, per param, for bitwise comparisons.
 
+#include <cstring>
+#include <kopt/impl/block_q8.hpp>
 #include <kopt/impl/checkpoint_format.hpp>
 #include <map>
 
@@ -133,11 +135,16 @@ inline std::map<std::string, SavedParam> saved_params(const std::string& dir) {
     s.step = q.step;
     s.arrays = q.arrays;
     s.has_master = q.has_master;
-    // The dtype of each value array the blocks hold, in order (the master's f32).
+    // The dtype of each value array the blocks hold, in order (the master's f32), and
+    // whether its q8 codes hold square roots.
     std::vector<kopt::DType> dtypes;
+    std::vector<bool> roots;
     for (std::size_t k = 0; k < q.array_dtypes.size(); ++k)
-      if ((q.arrays >> k & 1u) != 0) dtypes.push_back(q.array_dtypes[k]);
-    if (q.has_master) dtypes.push_back(kopt::DType::f32);
+      if ((q.arrays >> k & 1u) != 0) {
+        dtypes.push_back(q.array_dtypes[k]);
+        roots.push_back(I::q8_root(index.groups[q.group], k));
+      }
+    if (q.has_master) dtypes.push_back(kopt::DType::f32), roots.push_back(false);
     s.values.assign(dtypes.size(),
                     std::vector<std::uint32_t>(static_cast<std::size_t>(q.global_numel)));
     for (std::size_t b = index.first_block[p]; b < index.first_block[p + 1]; ++b) {
@@ -145,7 +152,8 @@ inline std::map<std::string, SavedParam> saved_params(const std::string& dir) {
       const auto bytes = I::read_file_range(
           dir + "/" + I::data_file_name(index.generation, blk.rank), blk.file_offset, blk.bytes);
       const auto len = static_cast<std::size_t>(blk.length);
-      const std::size_t elementwise = q.bytes_per_element() * len;
+      std::uint64_t elementwise = 0;
+      EXPECT_TRUE(q.array_bytes(blk.length, elementwise)) << q.name;
       EXPECT_EQ(bytes.size(), elementwise + 4 * q.tensor_state) << q.name;
       if (bytes.size() != elementwise + 4 * q.tensor_state) continue;
       for (std::size_t at = elementwise; at < bytes.size(); at += 4)
@@ -154,6 +162,23 @@ inline std::map<std::string, SavedParam> saved_params(const std::string& dir) {
                                  std::uint32_t{bytes[at + 3]} << 24);
       std::size_t at = 0;  // each value as the bits of the float it widens to
       for (std::size_t k = 0; k < dtypes.size(); ++k) {
+        if (dtypes[k] == kopt::DType::q8) {  // blocks of 256 codes and a little-endian scale
+          for (std::size_t b = 0; b < len; b += 256, at += I::q8_block_bytes) {
+            unsigned char block[I::q8_block_bytes];
+            std::memcpy(block, bytes.data() + at, I::q8_block);
+            const float scale = float_of(
+                std::uint32_t{bytes[at + 256]} | std::uint32_t{bytes[at + 257]} << 8 |
+                std::uint32_t{bytes[at + 258]} << 16 | std::uint32_t{bytes[at + 259]} << 24);
+            std::memcpy(block + I::q8_block, &scale, sizeof scale);
+            float values[I::q8_block];
+            const auto n = static_cast<int>(std::min<std::size_t>(256, len - b));
+            I::q8_decode_run(roots[k], block, values, n);
+            for (int i = 0; i < n; ++i)
+              s.values[k][static_cast<std::size_t>(blk.global_offset) + b +
+                          static_cast<std::size_t>(i)] = bits_of(values[i]);
+          }
+          continue;
+        }
         const std::size_t width = I::stored_width(dtypes[k]);
         for (std::size_t i = 0; i < len; ++i, at += width) {
           std::uint32_t raw = 0;

@@ -124,12 +124,12 @@ TEST(Checkpoint, BadFilesAreRefusedAndChangeNothing) {
       "version",
       [](const fs::path& d) {
         auto b = read_all(d / "index.kopt");
-        b[8] = 5;  // and a consistent header checksum: the version check must catch it
+        b[8] = 6;  // and a consistent header checksum: the version check must catch it
         const std::uint32_t crc = kopt::Impl::crc32c(b.data(), 28);
         for (int k = 0; k < 4; ++k) b[28 + k] = static_cast<unsigned char>(crc >> (8 * k));
         write_all(d / "index.kopt", b);
       },
-      "format version 5");
+      "format version 6");
   corrupt(
       "magic",
       [](const fs::path& d) {

@@ -224,8 +224,8 @@ std::vector<Lie> lies() {
        "share bytes"},
       {"another generation", [](Crafted& c) { c.index.generation ^= 1; }, "cannot open"},
       // Every other field, one by one.
-      {"format version 5", [](Crafted& c) { c.patch = [](Bytes& b) { b[8] = 5; }; },
-       "format version 5"},
+      {"format version 6", [](Crafted& c) { c.patch = [](Bytes& b) { b[8] = 6; }; },
+       "format version 6"},
       {"a shape of another numel",
        [](Crafted& c) {
          c.index.params[c.param("p4")].rows = 3;
@@ -249,6 +249,9 @@ std::vector<Lie> lies() {
        "'p3' stores state array 1 with dtype code 7"},
       {"a 16-bit array over fp32 bytes",  // the blocks still hold 4 bytes per element
        [](Crafted& c) { c.index.params[c.param("p3")].array_dtypes[0] = kopt::DType::bf16; },
+       "bytes for"},
+      {"a q8 array over fp32 bytes",  // 4 bytes per element, not 260 per block of 256
+       [](Crafted& c) { c.index.params[c.param("p3")].array_dtypes[0] = kopt::DType::q8; },
        "bytes for"},
       {"format version 0", [](Crafted& c) { c.patch = [](Bytes& b) { b[8] = 0; }; },
        "format version 0"},

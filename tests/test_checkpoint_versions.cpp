@@ -158,6 +158,32 @@ TEST(CheckpointVersions, AVersionThreeIndexStillLoadsAndResumesBitwise) {
   EXPECT_EQ(rewrites, 1);
 }
 
+// A version-4 index (no q8 arrays: its bytes are version 5's) still loads and resumes
+// bitwise; a version-4 writer refuses an index with q8 arrays, naming the param.
+TEST(CheckpointVersions, AVersionFourIndexStillLoadsAndResumesBitwise) {
+  int rewrites = 0;
+  expect_resume(kopt::AdamConfig{.amsgrad = true}, kopt::LionConfig{}, [&](const TempDir& dir) {
+    const auto file = dir.path / kopt::Impl::kIndexName;
+    auto index = kopt::Impl::parse_index(read_all(file), "test");
+    const Bytes v4 = kopt::Impl::serialize_index(index, 4);
+    EXPECT_EQ(v4.size(), read_all(file).size());
+    const auto again = kopt::Impl::parse_index(v4, "v4");
+    EXPECT_EQ(kopt::Impl::serialize_index(again), read_all(file));
+    write_all(file, v4);
+    ++rewrites;
+    index.params.at(0).array_dtypes[0] = kopt::DType::q8;
+    try {
+      (void)kopt::Impl::serialize_index(index, 4);
+      ADD_FAILURE() << "a version-4 index with a q8 array was written";
+    } catch (const kopt::CheckpointError& e) {
+      EXPECT_NE(std::string(e.what()).find("holds no q8 arrays; param '" + index.params[0].name),
+                std::string::npos)
+          << e.what();
+    }
+  });
+  EXPECT_EQ(rewrites, 1);
+}
+
 TEST(CheckpointVersions, ParamsWithoutStateSaveAndLoad) {
   // SGD without momentum: an f32 param keeps nothing (blocks of 0 bytes), a bf16 one its
   // master alone.

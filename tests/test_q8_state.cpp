@@ -5,6 +5,7 @@
 // refused naming it.
 #include <gtest/gtest.h>
 
+#include <kopt/impl/checkpoint_format.hpp>
 #include <kopt/impl/fused_optimizer_def.hpp>
 #include <map>
 #include <optional>
@@ -76,27 +77,35 @@ TEST(Q8StateOptimizer, StateBytesAreTheBlocksAndTheRemainders) {
   EXPECT_EQ(total_state_bytes(*w.opt), 2 * 260 * blocks + 2 * (1024u + 256u) + 4 * 32u);
 }
 
+// Saved and loaded whole, and in spans of 300 elements (q8 arrays are written in whole
+// blocks, 256 at a time, and read from the blocks each span overlaps).
 TEST(Q8StateOptimizer, SaveAndLoadResumeBitwise) {
-  TempDir dir;
-  AlgorithmWorld a(configs(), defs(), clipped(), 8, {}, kQ8);
-  a.train(0, 10);
-  a.opt->save(dir.str("ckpt"));
-  const auto weights = a.all_params();
-  a.train(10, 10);
-  for (const bool weights_first : {true, false}) {
-    SCOPED_TRACE(weights_first ? "weights first" : "weights after");
-    AlgorithmWorld b(configs(), defs(), clipped(), 8, {}, kQ8);
-    b.train(0, 3);  // state of its own first: the load replaces every block of it
-    b.load(dir.str("ckpt"), weights, weights_first);
-    b.train(10, 10);
-    EXPECT_EQ(b.all_params(), a.all_params());
-    EXPECT_TRUE(saved_params(*b.opt) == saved_params(*a.opt)) << "state differs";
+  for (const std::int64_t span : {std::int64_t{0}, std::int64_t{300}}) {
+    SCOPED_TRACE("spans of " + std::to_string(span) + " (0: whole)");
+    kopt::Impl::set_checkpoint_span_floats(span);
+    TempDir dir;
+    AlgorithmWorld a(configs(), defs(), clipped(), 8, {}, kQ8);
+    a.train(0, 10);
+    a.opt->save(dir.str("ckpt"));
+    const auto weights = a.all_params();
+    a.train(10, 10);
+    for (const bool weights_first : {true, false}) {
+      SCOPED_TRACE(weights_first ? "weights first" : "weights after");
+      AlgorithmWorld b(configs(), defs(), clipped(), 8, {}, kQ8);
+      b.train(0, 3);  // state of its own first: the load replaces every block of it
+      b.load(dir.str("ckpt"), weights, weights_first);
+      b.train(10, 10);
+      EXPECT_EQ(b.all_params(), a.all_params());
+      EXPECT_TRUE(saved_params(*b.opt) == saved_params(*a.opt)) << "state differs";
+    }
   }
+  kopt::Impl::set_checkpoint_span_floats(0);
 }
 
-// A file holds q8 arrays as their decoded values (f32: 4 bytes each); it loads into f32
-// arrays exactly, and a file of f32 arrays loads into q8 ones as each block encodes it.
-TEST(Q8StateOptimizer, CheckpointsHoldTheValuesAndLoadAcrossDtypes) {
+// A file holds q8 arrays as their codes (260 bytes per block of 256, as the engine keeps
+// them); it loads into f32 arrays exactly, and a file of f32 arrays loads into q8 ones as
+// each block encodes it.
+TEST(Q8StateOptimizer, CheckpointsHoldTheCodesAndLoadAcrossDtypes) {
   TempDir dir;
   AlgorithmWorld q8(configs(), defs(), clipped(), 5, {}, kQ8);
   q8.train(0, 4);
@@ -104,8 +113,16 @@ TEST(Q8StateOptimizer, CheckpointsHoldTheValuesAndLoadAcrossDtypes) {
   namespace I = kopt::Impl;
   const std::string file = dir.str("q8") + "/" + I::kIndexName;
   const I::Index index = I::parse_index(I::read_file(file), file);
-  for (const I::IndexParam& q : index.params)
-    for (const DType d : q.array_dtypes) EXPECT_EQ(d, DType::f32) << q.name;
+  for (const I::IndexParam& q : index.params)  // Adam's arrays q8, SGD's (group 1) f32
+    for (const DType d : q.array_dtypes) EXPECT_EQ(d, q.group == 0 ? DType::q8 : DType::f32);
+  for (const I::IndexBlock& b : index.blocks) {
+    const I::IndexParam& q = index.params[b.param];
+    if (q.group != 0) continue;
+    // exp_avg and exp_avg_sq in blocks, then the fp32 master of a 16-bit param.
+    EXPECT_EQ(b.bytes, static_cast<std::uint64_t>(2 * I::q8_bytes(b.length) +
+                                                  (q.has_master ? 4 * b.length : 0)))
+        << q.name;
+  }
   const auto saved = saved_params(dir.str("q8"));
   // Into f32 arrays: the same values.
   AlgorithmWorld wide(configs(), defs(), clipped(), 5, {},

@@ -19,12 +19,12 @@ namespace kopt::Impl {
 /// CRC-32C (Castagnoli), continuing from `crc` (0 to start).
 std::uint32_t crc32c(const void* data, std::size_t bytes, std::uint32_t crc = 0);
 
-/// The version this kopt writes. Version 3 (no shapes, no per-param state), version 2 (also
-/// every array fp32) and version 1 (also Adam only: no algorithm names, has_max in place of
-/// the array mask) still load.
-inline constexpr std::uint32_t kCheckpointVersion = 4;
+/// The version this kopt writes. Version 4 (no q8 arrays), version 3 (also no shapes, no
+/// per-param state), version 2 (also every array fp32) and version 1 (also Adam only: no
+/// algorithm names, has_max in place of the array mask) still load.
+inline constexpr std::uint32_t kCheckpointVersion = 5;
 /// The version a data file's header names: their layout has not changed since version 3
-/// (what a block holds is the index's to say), so files of version 3 and 4 share it.
+/// (what a block holds is the index's to say), so files of versions 3 to 5 share it.
 inline constexpr std::uint32_t kDataFileVersion = 3;
 inline constexpr char kIndexName[] = "index.kopt";
 /// The first 8 bytes of an index and of a data file.
@@ -39,16 +39,19 @@ struct IndexParam {
   std::int64_t step = 0;
   std::uint8_t arrays = 0;  ///< bit k: blocks hold the algorithm's state array k
   bool has_master = false;  ///< blocks hold an fp32 master (16-bit params)
-  /// The element type array k is stored in (f32, bf16, f16; version 3: the group's
-  /// StateStorage; before: f32). The master is f32.
+  /// The element type array k is stored in (f32, bf16, f16, and since version 5 q8 for an
+  /// algorithm whose arrays take it; version 3: the group's StateStorage; before: f32). The
+  /// master is f32.
   std::array<DType, max_state_arrays> array_dtypes{DType::f32, DType::f32, DType::f32};
   /// Version 4: the param's 2-D shape (-1, -1: none), and the fp32 floats of its per-param
   /// state (Adafactor's factored statistics; 0: none). A param with per-param state has
   /// one block, of all its elements, and the state follows its arrays there.
   std::int64_t rows = -1, cols = -1;
   std::uint64_t tensor_state = 0;
-  /// Bytes per element of a block of this param: each array it holds at its dtype, the master.
-  std::uint64_t bytes_per_element() const;
+  /// Bytes of a block of `length` elements of this param, its per-param state aside: each
+  /// array it holds at its dtype (q8: q8_bytes(length), whole blocks of 256 counted from the
+  /// block's first element), then the master. False where that would pass 2^63.
+  bool array_bytes(std::int64_t length, std::uint64_t& bytes) const;
 };
 
 /// Elements [global_offset, global_offset + length) of one param's state, in one rank's
@@ -101,8 +104,15 @@ inline constexpr std::size_t kDataHeaderBytes = 32;
 void check_data_header(const unsigned char* data, std::size_t bytes, std::uint64_t generation,
                        std::uint32_t rank, const std::string& file);
 
-/// Bytes an element of a state array of `dtype` takes in a data file (f32 4, bf16 and f16 2).
+/// Bytes an element of a state array of `dtype` takes in a data file (f32 4, bf16 and f16 2;
+/// q8 arrays are stored in whole blocks: IndexParam::array_bytes).
 inline std::uint64_t stored_width(DType dtype) { return dtype == DType::f32 ? 4 : 2; }
+/// Bytes `n` elements of an array of `dtype` take in a data file.
+std::uint64_t stored_bytes(DType dtype, std::int64_t n);
+/// Whether array k of `config`'s algorithm may be stored as q8 (Adam's moments), and whether
+/// its q8 codes hold square roots (AdamConfig::q8_square_arrays).
+bool takes_q8(const AlgorithmConfig& config, std::size_t k);
+bool q8_root(const AlgorithmConfig& config, std::size_t k);
 
 // Files (src/checkpoint_files.cpp).
 

@@ -22,11 +22,12 @@ class StateWriter {
  public:
   StateWriter(const std::string& path, std::uint64_t generation, std::uint32_t rank);
   /// Appends the state of `name` (its `numel` elements in `engine`) as one block, array by
-  /// array (array k in dtypes[k], the master in f32), then `tensor_state` (its per-param
-  /// state, f32), and fills `block`'s file offset, byte count and checksum.
+  /// array (array k in dtypes[k], the master in f32; a q8 array's codes of square roots
+  /// where bit k of `q8_roots`), then `tensor_state` (its per-param state, f32), and fills
+  /// `block`'s file offset, byte count and checksum.
   void append(Engine& engine, const std::string& name, std::int64_t numel,
               const std::array<bool, 4>& arrays, const std::array<DType, max_state_arrays>& dtypes,
-              IndexBlock& block, const std::vector<float>& tensor_state = {});
+              unsigned q8_roots, IndexBlock& block, const std::vector<float>& tensor_state = {});
   void commit() { file_.commit(); }
 
  private:
