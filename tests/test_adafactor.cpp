@@ -9,7 +9,7 @@
 #include <kopt/kopt.hpp>
 
 #include "reference_algorithms.hpp"
-#include "test_support.hpp"
+#include "shaped_case.hpp"
 
 namespace {
 
@@ -23,22 +23,11 @@ template <class Space>
 class Adafactor : public ::testing::Test {};
 TYPED_TEST_SUITE(Adafactor, EnabledSpaces, SpaceName);
 
-struct Shape {
-  std::int64_t rows, cols;  // rows < 0: a vector of cols elements, no shape
-  std::size_t numel() const { return static_cast<std::size_t>(rows < 0 ? cols : rows * cols); }
-};
 // Square, tall, wide, a row, a column, odd, large (columns and vector blocks cut across
 // chunks), one element, empty; vectors of 1, odd and large sizes, and empty.
 const std::vector<Shape> kShapes = {{32, 32},  {75, 18},     {18, 75}, {1, 40}, {40, 1},
                                     {33, 65},  {300, 700},   {1, 1},   {0, 7},  {-1, 1},
                                     {-1, 333}, {-1, 100003}, {-1, 0}};
-
-std::vector<double> random_values(std::mt19937& rng, std::size_t n) {
-  std::uniform_real_distribution<double> d(-1.0, 1.0);
-  std::vector<double> v(n);
-  for (double& x : v) x = static_cast<float>(d(rng));
-  return v;
-}
 
 // Every switch of the config, one group each.
 std::vector<AdafactorConfig> adafactor_configs() {
@@ -57,71 +46,22 @@ std::vector<AdafactorConfig> adafactor_configs() {
 
 template <class Space, class P, class G>
 void check_against_reference(unsigned seed) {
-  SCOPED_TRACE(std::string("param ") + kopt::name_of(kopt::dtype_of<P>()) + ", grad " +
-               kopt::name_of(kopt::dtype_of<G>()));
-  const std::vector<AdafactorConfig> configs = adafactor_configs();
-  kopt::FusedOptimizer<Space, AdafactorPolicy> opt(Space(), configs[0], "kopt_test::adafactor");
-  for (std::size_t g = 1; g < configs.size(); ++g) opt.add_group(configs[g]);
-  std::mt19937 rng(seed);
-  std::vector<std::unique_ptr<SpaceArray<P, Space>>> params;
-  std::vector<std::unique_ptr<SpaceArray<G, Space>>> grads;
-  std::vector<ReferenceAdafactor> refs;
-  for (std::size_t j = 0; j < kShapes.size(); ++j) {
-    const Shape s = kShapes[j];
-    const std::size_t n = s.numel();
-    params.push_back(std::make_unique<SpaceArray<P, Space>>(n));
-    grads.push_back(std::make_unique<SpaceArray<G, Space>>(n));
-    const std::vector<double> p = random_values(rng, n);
-    for (std::size_t i = 0; i < n; ++i) params[j]->host[i] = kopt::Impl::from_float<P>(float(p[i]));
-    params[j]->upload();
-    const std::size_t group = (j + seed) % configs.size();
-    refs.emplace_back(configs[group], widen(params[j]->host), s.rows, s.cols);
-    const kopt::Tensor t = params[j]->tensor();
-    opt.add("w" + std::to_string(j), s.rows < 0 ? t : t.matrix(s.rows, s.cols), grads[j]->tensor(),
-            group);
-  }
-  for (int step = 1; step <= 120; ++step) {
-    const double scale = step % 3 == 0 ? 0.5 : 1.0;
-    for (std::size_t j = 0; j < grads.size(); ++j) {
-      const std::vector<double> g = random_values(rng, grads[j]->size());
-      for (std::size_t i = 0; i < g.size(); ++i)
-        grads[j]->host[i] = kopt::Impl::from_float<G>(float(g[i]));
-      grads[j]->upload();
-    }
-    opt.step(scale);
-    Kokkos::fence();
-    for (std::size_t j = 0; j < grads.size(); ++j) refs[j].update(widen(grads[j]->host), scale);
-    if (step != 1 && step != 2 && step != 120) continue;
-    for (std::size_t j = 0; j < params.size(); ++j) {
-      const std::string name = "w" + std::to_string(j);
-      SCOPED_TRACE(name + " after step " + std::to_string(step));
-      const auto state = opt.state(name);
-      EXPECT_EQ(state.step, step);
-      const std::vector<float> stats = opt.tensor_state(name);
-      const std::vector<double> want_stats = refs[j].state();
-      ASSERT_EQ(stats.size(), want_stats.size());
-      if (refs[j].param.empty()) continue;
-      const std::vector<double> got =
-          std::is_same_v<P, float> ? widen(params[j]->download()) : to_host(state.master);
-      // RMS error of the params: each step adds the fp32 roundings of the update, and the
-      // rounding of 1 - lr weight_decay to fp32 (up to 3e-8 relative, the same every step:
-      // torch's too) compounds. Measured: 2.5e-8 after step 1, 1.2e-6 after step 120 (the
-      // groups with decay); bound 1e-7 + 2e-8 per step. A wrong relative step, clipping,
-      // factoring or decay is an error of 1e-4 or more after one step.
-      std::vector<double> size(got.size(), 1.0);
-      EXPECT_LT(error_relative_to(got, refs[j].param, size), 1e-7 + 2e-8 * step);
-      std::vector<double> stats_size(want_stats.size());
-      for (std::size_t i = 0; i < want_stats.size(); ++i) stats_size[i] = want_stats[i];
-      EXPECT_LT(error_relative_to(widen(stats), want_stats, stats_size), 1e-6);
-      if constexpr (!std::is_same_v<P, float>) {  // the param is its master rounded once
-        const std::vector<double> master = to_host(state.master);
-        params[j]->download();
-        for (std::size_t i = 0; i < master.size(); ++i)
-          ASSERT_EQ(params[j]->host[i].bits, P::from_float(float(master[i])).bits) << i;
-      }
-    }
-    if (::testing::Test::HasFailure()) return;
-  }
+  ShapedRun<Space, AdafactorPolicy, ReferenceAdafactor, P, G> run(adafactor_configs(), kShapes,
+                                                                  seed, "kopt_test::adafactor");
+  run.run([&](std::size_t j, int step, const auto&, const std::vector<double>& got) {
+    const std::vector<float> stats = run.opt.tensor_state(run.name(j));
+    const std::vector<double> want_stats = run.refs[j].state();
+    ASSERT_EQ(stats.size(), want_stats.size());
+    if (got.empty()) return;
+    // RMS error of the params: each step adds the fp32 roundings of the update, and the
+    // rounding of 1 - lr weight_decay to fp32 (up to 3e-8 relative, the same every step:
+    // torch's too) compounds. Measured: 2.5e-8 after step 1, 1.2e-6 after step 120 (the
+    // groups with decay); bound 1e-7 + 2e-8 per step. A wrong relative step, clipping,
+    // factoring or decay is an error of 1e-4 or more after one step.
+    std::vector<double> size(got.size(), 1.0);
+    EXPECT_LT(error_relative_to(got, run.refs[j].param, size), 1e-7 + 2e-8 * step);
+    EXPECT_LT(error_relative_to(widen(stats), want_stats, want_stats), 1e-6);
+  });
 }
 
 TYPED_TEST(Adafactor, MatchesReferenceForEveryOptionDtypeAndShape) {

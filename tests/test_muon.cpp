@@ -9,7 +9,7 @@
 #include <kopt/kopt.hpp>
 
 #include "reference_algorithms.hpp"
-#include "test_support.hpp"
+#include "shaped_case.hpp"
 
 namespace {
 
@@ -24,19 +24,9 @@ template <class Space>
 class Muon : public ::testing::Test {};
 TYPED_TEST_SUITE(Muon, EnabledSpaces, SpaceName);
 
-struct Shape {
-  std::int64_t rows, cols;
-};
 // Square, tall, wide, a row, a column, odd sizes, one element, empty.
 const std::vector<Shape> kShapes = {{32, 32}, {75, 18}, {18, 75}, {1, 40},
                                     {40, 1},  {33, 65}, {1, 1},   {0, 7}};
-
-std::vector<double> random_matrix(std::mt19937& rng, std::size_t n) {
-  std::uniform_real_distribution<double> d(-1.0, 1.0);
-  std::vector<double> v(n);
-  for (double& x : v) x = static_cast<float>(d(rng));
-  return v;
-}
 
 // The reference is an orthogonalization: U's singular values all go to about [0.7, 1.2]
 // (the coefficients' fixed band), so X X^T (the smaller Gram matrix) is near the identity.
@@ -72,7 +62,7 @@ TYPED_TEST(Muon, NewtonSchulzMatchesDoubleReference) {
   for (const Shape& s : kShapes) {
     SCOPED_TRACE(std::to_string(s.rows) + " x " + std::to_string(s.cols));
     const auto n = static_cast<std::size_t>(s.rows * s.cols);
-    const std::vector<double> u = random_matrix(rng, n);
+    const std::vector<double> u = random_values(rng, n);
     SpaceArray<float, Space> x(n);
     for (std::size_t i = 0; i < n; ++i) x.host[i] = static_cast<float>(u[i]);
     x.upload();
@@ -101,66 +91,20 @@ std::vector<MuonConfig> muon_configs() {
 
 template <class Space, class P, class G>
 void check_against_reference(unsigned seed) {
-  SCOPED_TRACE(std::string("param ") + kopt::name_of(kopt::dtype_of<P>()) + ", grad " +
-               kopt::name_of(kopt::dtype_of<G>()));
-  const std::vector<MuonConfig> configs = muon_configs();
-  kopt::FusedOptimizer<Space, MuonPolicy> opt(Space(), configs[0], "kopt_test::muon");
-  for (std::size_t g = 1; g < configs.size(); ++g) opt.add_group(configs[g]);
-  std::mt19937 rng(seed);
-  std::vector<std::unique_ptr<SpaceArray<P, Space>>> params;
-  std::vector<std::unique_ptr<SpaceArray<G, Space>>> grads;
-  std::vector<ReferenceMuon> refs;
-  for (std::size_t j = 0; j < kShapes.size(); ++j) {
-    const Shape s = kShapes[j];
-    const auto n = static_cast<std::size_t>(s.rows * s.cols);
-    params.push_back(std::make_unique<SpaceArray<P, Space>>(n));
-    grads.push_back(std::make_unique<SpaceArray<G, Space>>(n));
-    const std::vector<double> p = random_matrix(rng, n);
-    for (std::size_t i = 0; i < n; ++i) params[j]->host[i] = kopt::Impl::from_float<P>(float(p[i]));
-    params[j]->upload();
-    const std::size_t group = (j + seed) % configs.size();
-    refs.emplace_back(configs[group], widen(params[j]->host), s.rows, s.cols);
-    opt.add("w" + std::to_string(j), params[j]->tensor().matrix(s.rows, s.cols), grads[j]->tensor(),
-            group);
-  }
-  for (int step = 1; step <= 120; ++step) {
-    const double scale = step % 3 == 0 ? 0.5 : 1.0;
-    for (std::size_t j = 0; j < grads.size(); ++j) {
-      const std::vector<double> g = random_matrix(rng, grads[j]->size());
-      for (std::size_t i = 0; i < g.size(); ++i)
-        grads[j]->host[i] = kopt::Impl::from_float<G>(float(g[i]));
-      grads[j]->upload();
-    }
-    opt.step(scale);
-    Kokkos::fence();
-    for (std::size_t j = 0; j < grads.size(); ++j) refs[j].update(widen(grads[j]->host), scale);
-    if (step != 1 && step != 2 && step != 120) continue;
-    for (std::size_t j = 0; j < params.size(); ++j) {
-      const std::string name = "w" + std::to_string(j);
-      SCOPED_TRACE(name + " after step " + std::to_string(step));
-      const auto state = opt.state(name);
-      EXPECT_EQ(state.step, step);
-      if (refs[j].param.empty()) continue;
-      const std::vector<double> got =
-          std::is_same_v<P, float> ? widen(params[j]->download()) : to_host(state.master);
-      // RMS error of the params: each step adds the iteration's error (above) times the
-      // rate (lr s, at most 0.04 here) and the fp32 roundings of the update. Measured: 2.4e-8
-      // after step 1, 3.0e-6 after step 120; bound 1e-7 + 2e-7 per step. A wrong lr scale,
-      // a missing Nesterov look-ahead or decay are errors of 1e-3 after one step.
-      std::vector<double> size(got.size(), 1.0);
-      EXPECT_LT(error_relative_to(got, refs[j].param, size), 1e-7 + 2e-7 * step);
-      EXPECT_LT(error_relative_to(to_host(state.arrays[0]), refs[j].momentum_buffer,
-                                  refs[j].momentum_buffer_size),
-                1e-6);
-      if constexpr (!std::is_same_v<P, float>) {  // the param is its master rounded once
-        const std::vector<double> master = to_host(state.master);
-        params[j]->download();
-        for (std::size_t i = 0; i < master.size(); ++i)
-          ASSERT_EQ(params[j]->host[i].bits, P::from_float(float(master[i])).bits) << i;
-      }
-    }
-    if (::testing::Test::HasFailure()) return;
-  }
+  ShapedRun<Space, MuonPolicy, ReferenceMuon, P, G> run(muon_configs(), kShapes, seed,
+                                                        "kopt_test::muon");
+  run.run([&](std::size_t j, int step, const auto& state, const std::vector<double>& got) {
+    if (got.empty()) return;
+    // RMS error of the params: each step adds the iteration's error (above) times the
+    // rate (lr s, at most 0.04 here) and the fp32 roundings of the update. Measured: 2.4e-8
+    // after step 1, 3.0e-6 after step 120; bound 1e-7 + 2e-7 per step. A wrong lr scale,
+    // a missing Nesterov look-ahead or decay are errors of 1e-3 after one step.
+    std::vector<double> size(got.size(), 1.0);
+    EXPECT_LT(error_relative_to(got, run.refs[j].param, size), 1e-7 + 2e-7 * step);
+    EXPECT_LT(error_relative_to(to_host(state.arrays[0]), run.refs[j].momentum_buffer,
+                                run.refs[j].momentum_buffer_size),
+              1e-6);
+  });
 }
 
 TEST(MuonConfig, KeepsTheArraysItsPolicyUpdates) {

@@ -358,13 +358,15 @@ void FusedOptimizer<ExecSpace, Policy>::step(double grad_scale,
     // update alone), each param transformed between them.
     stage_.run(
         exec_, registry_, updated_, slots_host_, scalars_host_,
-        [&](const Impl::StagePass& pass, const auto& slots) {
+        [&](Impl::StagePass pass, const auto& slots) {
+          const bool directions = pass == Impl::StagePass::directions;
+          const bool from_directions = pass == Impl::StagePass::update_from_directions;
           for (const KernelClass& kc : classes_)
             Impl::launch_update<ExecSpace, Policy>(
-                exec_, label_ + (pass.f32_params ? "::directions" : "::update"),
-                pass.f32_params ? DType::f32 : kc.key.param,
-                pass.f32_grads ? DType::f32 : kc.key.grad, pass.variant, state_.storage(), slots,
-                scalars_, row_steps_, kc.chunks, stage_.rates());
+                exec_, label_ + (directions ? "::directions" : "::update"),
+                directions ? DType::f32 : kc.key.param, from_directions ? DType::f32 : kc.key.grad,
+                Impl::stage_variant(pass), state_.storage(), slots, scalars_, row_steps_, kc.chunks,
+                stage_.rates());
         },
         [&](std::size_t i) {
           if constexpr (Impl::has_tensor_sums<Policy>)

@@ -52,13 +52,16 @@ struct StageGrad {
   WorkingParam param;
 };
 
-/// A pass of the update kernel the stage asks the engine for: the policy's variant, and
-/// whether the params or the grads are the stage's fp32 workspace.
-struct StagePass {
-  int variant;
-  bool f32_params;
-  bool f32_grads;
+/// A pass of the update kernel the stage asks the engine for.
+enum class StagePass {
+  directions,              ///< variant 0 over the fp32 workspace as params: the directions
+  update,                  ///< variant 0 as it is: a stage that reads the grads itself
+  update_from_directions,  ///< variant 1, the fp32 directions in place of the grads
 };
+/// The policy's kernel variant a pass runs.
+constexpr int stage_variant(StagePass pass) {
+  return pass == StagePass::update_from_directions ? 1 : 0;
+}
 
 /// Floats of per-param state a policy with a tensor stage keeps for `p` (0: none).
 template <class Policy>
@@ -161,7 +164,7 @@ class TensorStage<ExecSpace, Policy, true> {
            const std::vector<std::size_t>& updated, const typename SlotView::HostMirror& slots_host,
            const typename Kokkos::View<Scalars*, memory_space>::HostMirror& scalars_host,
            Launch&& launch, RateOf&& rate_of) {
-    if constexpr (!stage_reads_grads<Policy>) launch(StagePass{0, true, false}, first_);
+    if constexpr (!stage_reads_grads<Policy>) launch(StagePass::directions, first_);
     fence(exec, "kopt::TensorStage::transform");
     for (const std::size_t i : updated) {
       const UpdateSlot& slot = slots_host(i);
@@ -179,9 +182,9 @@ class TensorStage<ExecSpace, Policy, true> {
     }
     Kokkos::deep_copy(exec, rates_, rates_host_);
     if constexpr (stage_reads_grads<Policy>)
-      launch(StagePass{0, false, false}, second_);
+      launch(StagePass::update, second_);
     else
-      launch(StagePass{1, false, true}, second_);
+      launch(StagePass::update_from_directions, second_);
   }
 
   /// Floats of scratch param `p` takes: its directions, or what the policy asks for.
