@@ -269,9 +269,9 @@ KOKKOS_FORCEINLINE_FUNCTION void narrow_element(std::int64_t i, ParamT* KOPT_RES
                                                 const typename Policy::Scalars& s,
                                                 const ChunkRounding& r) {
   constexpr unsigned kept = Policy::arrays_of(V);
-  float a0 = (kept & 1u) ? d.load(0, s0, i) : 0.0f;
-  float a1 = (kept & 2u) ? d.load(1, s1, i) : 0.0f;
-  float a2 = (kept & 4u) ? d.load(2, s2, i) : 0.0f;
+  float a0 = (kept & 1u) ? d.template load<false>(0, s0, i) : 0.0f;
+  float a1 = (kept & 2u) ? d.template load<false>(1, s1, i) : 0.0f;
+  float a2 = (kept & 4u) ? d.template load<false>(2, s2, i) : 0.0f;
   update_param<Policy, V, ParamT, GradT, Form<typename F::MasterT, float>>(i, param, grad, master,
                                                                            a0, a1, a2, s, r);
   if constexpr ((kept & 1u) != 0) d.store(0, s0, i, a0);

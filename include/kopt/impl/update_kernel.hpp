@@ -81,9 +81,18 @@ Kokkos::View<Chunk*, typename ExecSpace::memory_space> upload_chunks(
   return dev;
 }
 
+/// Whether a policy's state arrays may be q8 (its config's q8_square_arrays).
+template <class Policy>
+inline constexpr bool has_q8_state = requires {
+  Policy::Config::q8_square_arrays;
+};
+
 /// The fused update of every chunk in `chunks_`; the policy's variant V, ParamT/GradT and the
 /// state's form F are chosen once on the host, so the element loop has no branch on them.
-template <class ExecSpace, class Policy, int V, class ParamT, class GradT, class F>
+/// `Q8`: a NarrowState launch with a q8 array, whose device teams go block by block
+/// (q8_blocks); a kernel of its own, as its scratch, barriers and registers would slow the
+/// element loop of every other launch.
+template <class ExecSpace, class Policy, int V, class ParamT, class GradT, class F, bool Q8 = false>
 struct FusedUpdateFunctor {
   using MasterT = typename F::MasterT;
   using StateT = typename F::StateT;
@@ -144,8 +153,7 @@ struct FusedUpdateFunctor {
     const ChunkRounding r = rounding_of(slot);
     auto* param = static_cast<ParamT*>(slot.param);
     const auto* grad = static_cast<const GradT*>(slot.grad);
-    if constexpr (narrow)
-      if (dtypes_.any_q8()) return q8_blocks(team, chunk, slot, param, grad, s, r);
+    if constexpr (Q8) return q8_blocks(team, chunk, slot, param, grad, s, r);
     for (std::int64_t i = chunk.begin + team.team_rank(); i < chunk.end; i += team.team_size()) {
       if constexpr (row_factored<Policy>) {
         const std::int64_t row = i / slot.cols;
@@ -165,64 +173,71 @@ struct FusedUpdateFunctor {
     }
   }
 
-  /// Team scratch a launch needs: q8 arrays' new values of one block, until its scale is known.
-  int team_scratch_bytes() const {
-    return narrow && dtypes_.any_q8()
-               ? static_cast<int>(max_state_arrays * q8_block * sizeof(float))
-               : 0;
+  /// Team scratch a launch needs: q8 arrays' new values of one block, until its scale is
+  /// known, and their largest magnitudes, a set per block parity (plus Kokkos' alignment).
+  static int team_scratch_bytes() {
+    return Q8 ? static_cast<int>(
+                    max_state_arrays * (q8_block * sizeof(float) + 2 * sizeof(std::uint32_t)) + 128)
+              : 0;
   }
 
   /// Device, with q8 arrays: the chunk a block at a time. Each thread updates its elements
-  /// (q8 ones decoded), stores 16-bit and f32 arrays at once and keeps q8 ones in team
-  /// scratch; then, per q8 array, the team finds the block's largest magnitude, encodes every
-  /// element against its scale, and one thread writes the scale.
+  /// (q8 ones decoded), stores 16-bit and f32 arrays at once, and keeps q8 ones in team
+  /// scratch, raising their array's largest magnitude by a shared-memory atomic max (exact,
+  /// in any order); after a barrier every thread encodes its elements against the scale and
+  /// one writes it. Two sets of maxima (by block parity), so the next block's set is cleared
+  /// while this one is read: two barriers per block.
   template <class Member>
   KOKKOS_INLINE_FUNCTION void q8_blocks(const Member& team, const Chunk& chunk,
                                         const UpdateSlot& slot, ParamT* param, const GradT* grad,
                                         const Scalars& s, const ChunkRounding& r) const {
     constexpr unsigned kept = Policy::arrays_of(V);
-    using Scratch = Kokkos::View<float*, typename ExecSpace::scratch_memory_space,
-                                 Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
-    const Scratch held(team.team_scratch(0), max_state_arrays * q8_block);
+    constexpr int K = static_cast<int>(max_state_arrays);
+    using Space = typename ExecSpace::scratch_memory_space;
+    using Unmanaged = Kokkos::MemoryTraits<Kokkos::Unmanaged>;
+    const Kokkos::View<float*, Space, Unmanaged> held(team.team_scratch(0), K * q8_block);
+    const Kokkos::View<std::uint32_t*, Space, Unmanaged> amax(team.team_scratch(0), 2 * K);
+    Kokkos::single(Kokkos::PerTeam(team), [&] {
+      for (int k = 0; k < 2 * K; ++k) amax(k) = 0;
+    });
+    team.team_barrier();
     for (std::int64_t b = chunk.begin; b < chunk.end; b += q8_block) {
       const int n = static_cast<int>(chunk.end - b < q8_block ? chunk.end - b : q8_block);
+      const int set = static_cast<int>((b - chunk.begin) / q8_block % 2) * K;
       for (int j = team.team_rank(); j < n; j += team.team_size()) {
         const std::int64_t i = b + j;
         float a[max_state_arrays] = {};
-        for (int k = 0; k < static_cast<int>(max_state_arrays); ++k)
+        for (int k = 0; k < K; ++k)
           if ((kept >> k & 1u) != 0) a[k] = dtypes_.load(k, slot.state[k], i);
         update_param<Policy, V, ParamT, GradT, Form<MasterT, float>>(
             i, param, grad, master_of(slot), a[0], a[1], a[2], s, r);
-        for (int k = 0; k < static_cast<int>(max_state_arrays); ++k) {
+        for (int k = 0; k < K; ++k) {
           if ((kept >> k & 1u) == 0) continue;
-          if (dtypes_.of[k] == DType::q8)
+          if (dtypes_.of[k] == DType::q8) {
             held(k * q8_block + j) = a[k];
-          else
+            Kokkos::atomic_fetch_max(&amax(set + k), float_bits(a[k]) & 0x7fffffffu);
+          } else {
             dtypes_.store(k, slot.state[k], i, a[k]);
+          }
         }
       }
-      team.team_barrier();  // every old scale read, every new value held
-      for (int k = 0; k < static_cast<int>(max_state_arrays); ++k) {
+      team.team_barrier();  // every old scale read, every new value and maximum held
+      for (int k = 0; k < K; ++k) {
         if ((kept >> k & 1u) == 0 || dtypes_.of[k] != DType::q8) continue;
-        std::uint32_t amax = 0;
-        Kokkos::parallel_reduce(
-            Kokkos::TeamThreadRange(team, n),
-            [&](const int j, std::uint32_t& m) {
-              const std::uint32_t a = float_bits(held(k * q8_block + j)) & 0x7fffffffu;
-              m = a > m ? a : m;
-            },
-            Kokkos::Max<std::uint32_t>(amax));
         unsigned char* block = q8_block_of(slot.state[k], b);
         const bool root = dtypes_.root(k);
-        const float scale = root ? q8_scale<true>(amax) : q8_scale<false>(amax);
+        const float scale = root ? q8_scale<true>(amax(set + k)) : q8_scale<false>(amax(set + k));
         const float inv = 1.0f / scale;
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n), [&](const int j) {
+        for (int j = team.team_rank(); j < n; j += team.team_size()) {
           const float x = held(k * q8_block + j);
           block[j] = root ? q8_encode<true>(x, inv) : q8_encode<false>(x, inv);
-        });
+        }
         Kokkos::single(Kokkos::PerTeam(team),
                        [&] { std::memcpy(block + q8_block, &scale, sizeof scale); });
       }
+      Kokkos::single(Kokkos::PerTeam(team), [&] {
+        for (int k = 0; k < K; ++k) amax(K - set + k) = 0;  // the next block's set
+      });
       team.team_barrier();  // the scratch is the next block's
     }
   }
@@ -515,11 +530,17 @@ void launch_update(
         using P = decltype(param_type);
         using G = decltype(grad_type);
         visit_form<P>(storage, [&](auto form) {
-          launch_chunks(
-              exec, label, n,
-              FusedUpdateFunctor<ExecSpace, Policy, decltype(v)::value, P, G, decltype(form)>{
-                  slots, scalars, chunks, steps, StateDTypes::from(storage, q8_roots_of<Policy>()),
-                  rates});
+          using F = decltype(form);
+          const auto launch = [&](auto q8) {
+            launch_chunks(exec, label, n,
+                          FusedUpdateFunctor<ExecSpace, Policy, decltype(v)::value, P, G, F,
+                                             decltype(q8)::value>{
+                              slots, scalars, chunks, steps,
+                              StateDTypes::from(storage, q8_roots_of<Policy>()), rates});
+          };
+          if constexpr (has_q8_state<Policy> && std::is_same_v<typename F::StateT, NarrowState>)
+            if (storage.any(DType::q8)) return launch(std::true_type{});
+          launch(std::false_type{});
         });
       });
     });
