@@ -39,17 +39,6 @@ KOPT_LOOP_FUNCTION void add_blocks(const GradT* KOPT_RESTRICT g, std::int64_t be
   acc.normalize();
 }
 
-/// The sum of block `b` of a chunk starting at `begin` (device code: one thread a block).
-template <class GradT>
-KOKKOS_INLINE_FUNCTION double chunk_block_sum(const void* grad, std::int64_t begin,
-                                              std::int64_t end, std::int64_t b) {
-  const GradT* g = static_cast<const GradT*>(grad);
-  float v[norm_block];
-  const std::int64_t at = begin + b * norm_block;
-  for (int k = 0; k < norm_block; ++k) v[k] = at + k < end ? to_float(g[at + k]) : 0.0f;
-  return block_sum_of_squares(v);
-}
-
 /// Chunks [0, bodies_) hold whole blocks: partials_(c) = their exact sum. Chunks from
 /// bodies_ on are fragments: their elements, widened, into fragment_values_.
 template <class ExecSpace>
@@ -95,7 +84,20 @@ struct GradChunkSumSqFunctor {
     partials_(c) = acc;
   }
 
-  /// Device: one team per chunk, one thread per block, each block's sum into block_sums_.
+  /// Device strips: blocks a team reads into scratch at a time; a block's place there is
+  /// padded by 8 floats so that the lanes of 4 blocks (a warp) fall in 32 distinct banks.
+  static constexpr int strip_blocks = 32;
+  static constexpr int padded_block = norm_block + 8;
+  static int team_scratch_bytes() {
+    return static_cast<int>(strip_blocks * (padded_block * sizeof(float) + 8 * sizeof(double)) +
+                            128);  // + Kokkos' alignment of the second view
+  }
+
+  /// Device: one team per chunk, a strip of blocks at a time. The team reads the strip into
+  /// scratch, widened, each thread a few elements apart by the team's size (coalesced, the
+  /// loads issued together); then a thread per lane adds its lane (block_lane), and a thread
+  /// per block joins them (join_lanes): the bits of the host's block sums. One thread per
+  /// block reading its 64 elements alone reached 0.14 of the read ceiling on an H200.
   template <class Member>
   KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
     const std::int64_t c = team.league_rank();
@@ -108,15 +110,39 @@ struct GradChunkSumSqFunctor {
                            });
       return;
     }
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, blocks_of(chunk)),
-                         [&](const std::int64_t b) {
-                           block_sums_(c * blocks_per_chunk_ + b) =
-                               slot.grad_dtype == DType::bf16
-                                   ? chunk_block_sum<bfloat16>(slot.grad, chunk.begin, chunk.end, b)
-                               : slot.grad_dtype == DType::f16
-                                   ? chunk_block_sum<float16>(slot.grad, chunk.begin, chunk.end, b)
-                                   : chunk_block_sum<float>(slot.grad, chunk.begin, chunk.end, b);
-                         });
+    using Space = typename ExecSpace::scratch_memory_space;
+    using Unmanaged = Kokkos::MemoryTraits<Kokkos::Unmanaged>;
+    const Kokkos::View<float*, Space, Unmanaged> v(team.team_scratch(0),
+                                                   strip_blocks * padded_block);
+    const Kokkos::View<double*, Space, Unmanaged> lanes(team.team_scratch(0), strip_blocks * 8);
+    const int t = team.team_rank(), size = team.team_size();
+    const std::int64_t blocks = blocks_of(chunk);
+    for (std::int64_t first = 0; first < blocks; first += strip_blocks) {
+      const std::int64_t at = chunk.begin + first * norm_block;
+      const int nb =
+          static_cast<int>(blocks - first < strip_blocks ? blocks - first : strip_blocks);
+      const int n = nb * norm_block;  // the last block's missing elements are zeros
+      for (int e0 = t; e0 < n; e0 += 4 * size) {
+        float x[4];
+        for (int j = 0; j < 4; ++j) {
+          const int e = e0 + j * size;
+          x[j] = e < n && at + e < chunk.end ? element(slot, at + e) : 0.0f;
+        }
+        for (int j = 0; j < 4; ++j) {
+          const int e = e0 + j * size;
+          if (e < n) v(e / norm_block * padded_block + e % norm_block) = x[j];
+        }
+      }
+      team.team_barrier();
+      for (int l = t; l < nb * 8; l += size) lanes(l) = block_lane(&v(l / 8 * padded_block), l % 8);
+      team.team_barrier();
+      for (int q = t; q < nb; q += size) {
+        double lane[8];
+        for (int k = 0; k < 8; ++k) lane[k] = lanes(q * 8 + k);
+        block_sums_(c * blocks_per_chunk_ + first + q) = join_lanes(lane);
+      }
+      team.team_barrier();  // the scratch is the next strip's
+    }
   }
 
   KOKKOS_INLINE_FUNCTION static std::int64_t blocks_of(const Chunk& chunk) {
@@ -255,7 +281,9 @@ class GradNorms {
                                                    bodies_, block_sums_, blocks_per_chunk_};
     if (teams && runs_on_host<ExecSpace>)
       Kokkos::parallel_for(
-          label, Kokkos::TeamPolicy<ExecSpace>(exec, static_cast<int>(num_chunks_), Kokkos::AUTO),
+          label,
+          Kokkos::TeamPolicy<ExecSpace>(exec, static_cast<int>(num_chunks_), Kokkos::AUTO)
+              .set_scratch_size(0, Kokkos::PerTeam(functor.team_scratch_bytes())),
           functor);
     else
       launch_chunks(exec, label, num_chunks_, functor);  // teams on devices

@@ -34,17 +34,24 @@ inline constexpr int norm_block = 64;
 /// adding elements k, k + 8, ..., k + 56 in turn, then lanes k and k + 4, then k and k + 2,
 /// then the last two. Each square of a float is exact in double. `v` holds the block's
 /// values, zeros where the block has no element (after the end of a param).
-KOKKOS_INLINE_FUNCTION double block_sum_of_squares_portable(const float* v) {
-  double lane[8];
-  for (int k = 0; k < 8; ++k) lane[k] = static_cast<double>(v[k]) * static_cast<double>(v[k]);
-  for (int r = 1; r < 8; ++r)
-    for (int k = 0; k < 8; ++k) {
-      const double x = v[8 * r + k];
-      lane[k] += x * x;
-    }
+/// (In two steps, so a device team can give each lane a thread: block_lane, join_lanes.)
+KOKKOS_FORCEINLINE_FUNCTION double block_lane(const float* v, int k) {
+  double lane = static_cast<double>(v[k]) * static_cast<double>(v[k]);
+  for (int r = 1; r < 8; ++r) {
+    const double x = v[8 * r + k];
+    lane += x * x;
+  }
+  return lane;
+}
+KOKKOS_FORCEINLINE_FUNCTION double join_lanes(double (&lane)[8]) {
   for (int k = 0; k < 4; ++k) lane[k] += lane[k + 4];
   for (int k = 0; k < 2; ++k) lane[k] += lane[k + 2];
   return lane[0] + lane[1];
+}
+KOKKOS_INLINE_FUNCTION double block_sum_of_squares_portable(const float* v) {
+  double lane[8];
+  for (int k = 0; k < 8; ++k) lane[k] = block_lane(v, k);
+  return join_lanes(lane);
 }
 
 #ifdef KOPT_HAVE_BLOCK_SUM_AVX2
