@@ -5,8 +5,8 @@
 #include <cstdio>
 #include <cstring>
 #include <kopt/error.hpp>
-#include <kopt/impl/block_q8.hpp>
 #include <kopt/impl/checkpoint_format.hpp>
+#include <kopt/impl/q8_layout.hpp>
 #include <type_traits>
 #include <variant>
 

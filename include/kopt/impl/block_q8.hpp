@@ -31,19 +31,10 @@
 #include <Kokkos_Macros.hpp>
 #include <cstdint>
 #include <kopt/compat.hpp>
+#include <kopt/impl/q8_layout.hpp>
 #include <kopt/storage_types.hpp>
 
 namespace kopt::Impl {
-
-/// Elements per q8 block.
-inline constexpr int q8_block = 256;
-/// Bytes per q8 block: its codes, then its float scale (4-byte aligned: 256 + 4).
-inline constexpr std::int64_t q8_block_bytes = q8_block + static_cast<std::int64_t>(sizeof(float));
-
-/// Bytes of a q8 array of `n` elements, whole blocks.
-KOKKOS_INLINE_FUNCTION constexpr std::int64_t q8_bytes(std::int64_t n) {
-  return (n + q8_block - 1) / q8_block * q8_block_bytes;
-}
 
 /// The block holding element i of a q8 array whose element 0 starts a block at `base`.
 KOKKOS_FORCEINLINE_FUNCTION unsigned char* q8_block_of(void* base, std::int64_t i) {
