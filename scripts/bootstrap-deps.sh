@@ -218,7 +218,8 @@ list(APPEND CMAKE_PREFIX_PATH "$dest")
 EOF
   cuda_cmake=(-DCMAKE_TOOLCHAIN_FILE="$dest/toolchain.cmake")
   kokkos_cuda=(-DKokkos_ENABLE_CUDA=ON -DKokkos_ARCH_AMPERE80=ON -DKokkos_CUDA_DIR="$dest/sdk")
-  # Kokkos Kernels would find cuBLAS/cuSPARSE of any CUDA on the machine; kopt needs neither.
+  # Kokkos Kernels would find cuBLAS/cuSPARSE of any CUDA on the machine (CUDA 13's, which this
+  # CUDA 11.8 build must not link): Muon's device gemms are Kokkos Kernels' own here.
   kk_cuda=(-DKokkosKernels_ENABLE_TPL_CUBLAS=OFF -DKokkosKernels_ENABLE_TPL_CUSPARSE=OFF)
 fi
 # Host gemms (Muon's Newton-Schulz) on Debian's OpenBLAS: Kokkos Kernels' own gemm reaches
