@@ -1,8 +1,8 @@
 #pragma once
 // The reference run the shape-aware algorithms' tests share (Muon, Adafactor): one fused
 // optimizer with a group per config, one param per shape (a matrix, or a plain vector), random
-// grads stepped 120 times beside a double-precision reference per param, with a loss scale of
-// 2 every third step; after steps 1, 2 and 120 each param's check runs, with what every
+// grads stepped 120 times beside a double-precision reference per param, with a grad scale of
+// 0.5 every third step; after steps 1, 2 and 120 each param's check runs, with what every
 // algorithm owes checked here: the step count, and a 16-bit param being its master rounded once.
 
 #include <memory>

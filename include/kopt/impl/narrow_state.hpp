@@ -33,9 +33,9 @@ struct StateDTypes {
   }
   KOKKOS_FORCEINLINE_FUNCTION bool root(int k) const { return (roots >> k & 1u) != 0; }
 
-  /// Element i of array k (at `s`), widened; `WithQ8`: the array may be q8. Without it the
-  /// device's element loop stays small: the q8 decode's code and registers cost launches
-  /// with no q8 array half their speed on an H200 (f16 moments 0.81 -> 0.42 of their ceiling).
+  /// Element i of array k (at `s`), widened; `WithQ8`: the array may be q8. The device's
+  /// element loop, which never sees q8, loads without it (with the q8 path in the same
+  /// kernel, launches without q8 arrays ran at half speed on an H200).
   template <bool WithQ8 = true>
   KOKKOS_FORCEINLINE_FUNCTION float load(int k, const void* s, std::int64_t i) const {
     if constexpr (WithQ8)
