@@ -210,4 +210,28 @@ inline std::map<std::string, SavedParam> saved_params(kopt::HybridOptimizer& opt
   return saved_params(dir.str("ckpt"));
 }
 
+// A save resumes bitwise: world `make()` trains 10 steps, saves and trains 10 more; another
+// (first trained `own_steps` on its own, state the load must replace) loads the file, with
+// the weights written before or after load(), and trains the same 10: the same params and
+// saved state, bit for bit.
+template <class Make>
+void expect_resumes_bitwise(const Make& make, int own_steps = 0) {
+  TempDir dir;
+  AlgorithmWorld a = make();
+  a.train(0, 10);
+  a.opt->save(dir.str("ckpt"));
+  const auto weights = a.all_params();
+  a.train(10, 10);
+  const auto end = saved_params(*a.opt);
+  for (const bool weights_first : {true, false}) {
+    SCOPED_TRACE(weights_first ? "weights first" : "weights after");
+    AlgorithmWorld b = make();
+    if (own_steps > 0) b.train(0, own_steps);
+    b.load(dir.str("ckpt"), weights, weights_first);
+    b.train(10, 10);
+    EXPECT_EQ(b.all_params(), a.all_params());
+    EXPECT_TRUE(saved_params(*b.opt) == end) << "state differs";
+  }
+}
+
 }  // namespace kopt_test

@@ -91,21 +91,8 @@ std::vector<kopt::AlgorithmConfig> configs() {
 
 // A save resumes bitwise, with the weights written before or after load().
 TEST(Bf16StateOptimizer, SaveAndLoadResumeBitwise) {
-  TempDir dir;
-  AlgorithmWorld a(configs(), defs(), clipped(), 8, {}, kBf16Storage);
-  a.train(0, 10);
-  a.opt->save(dir.str("ckpt"));
-  const auto weights = a.all_params();
-  a.train(10, 10);
-  const auto end = saved_params(*a.opt);
-  for (const bool weights_first : {true, false}) {
-    SCOPED_TRACE(weights_first ? "weights first" : "weights after");
-    AlgorithmWorld b(configs(), defs(), clipped(), 8, {}, kBf16Storage);
-    b.load(dir.str("ckpt"), weights, weights_first);
-    b.train(10, 10);
-    EXPECT_EQ(b.all_params(), a.all_params());
-    EXPECT_TRUE(saved_params(*b.opt) == end) << "state differs";
-  }
+  expect_resumes_bitwise(
+      [] { return AlgorithmWorld(configs(), defs(), clipped(), 8, {}, kBf16Storage); });
 }
 
 // The file holds the bf16 arrays widened: a group of fp32 arrays loads them exactly (its

@@ -280,20 +280,8 @@ kopt::HybridOptions clipped() {
 // A save resumes bitwise (the step count keys the random bits), with the weights written
 // before or after load().
 TEST(NoMasterOptimizer, SaveAndLoadResumeBitwise) {
-  TempDir dir;
-  AlgorithmWorld a(configs(), defs(), clipped(), 8, {}, kNoMasters);
-  a.train(0, 10);
-  a.opt->save(dir.str("ckpt"));
-  const auto weights = a.all_params();
-  a.train(10, 10);
-  for (const bool weights_first : {true, false}) {
-    SCOPED_TRACE(weights_first ? "weights first" : "weights after");
-    AlgorithmWorld b(configs(), defs(), clipped(), 8, {}, kNoMasters);
-    b.load(dir.str("ckpt"), weights, weights_first);
-    b.train(10, 10);
-    EXPECT_EQ(b.all_params(), a.all_params());
-    EXPECT_TRUE(saved_params(*b.opt) == saved_params(*a.opt)) << "state differs";
-  }
+  expect_resumes_bitwise(
+      [] { return AlgorithmWorld(configs(), defs(), clipped(), 8, {}, kNoMasters); });
 }
 
 // The file holds each 16-bit param's master as the param widened, so fp32-master groups

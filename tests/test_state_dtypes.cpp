@@ -156,20 +156,8 @@ TEST(StateDtypesOptimizer, SetByNameTheGroupsStoreEachArrayInItsDtype) {
 }
 
 TEST(StateDtypesOptimizer, SaveAndLoadResumeBitwise) {
-  TempDir dir;
-  AlgorithmWorld a(configs(), defs(), clipped(), 8, {}, kMixed);
-  a.train(0, 10);
-  a.opt->save(dir.str("ckpt"));
-  const auto weights = a.all_params();
-  a.train(10, 10);
-  for (const bool weights_first : {true, false}) {
-    SCOPED_TRACE(weights_first ? "weights first" : "weights after");
-    AlgorithmWorld b(configs(), defs(), clipped(), 8, {}, kMixed);
-    b.load(dir.str("ckpt"), weights, weights_first);
-    b.train(10, 10);
-    EXPECT_EQ(b.all_params(), a.all_params());
-    EXPECT_TRUE(saved_params(*b.opt) == saved_params(*a.opt)) << "state differs";
-  }
+  expect_resumes_bitwise(
+      [] { return AlgorithmWorld(configs(), defs(), clipped(), 8, {}, kMixed); });
 }
 
 // The data files hold each array in its dtype: bf16 exp_avg 2 bytes, f32 exp_avg_sq 4, the
