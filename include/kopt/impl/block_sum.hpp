@@ -80,13 +80,11 @@ inline void block_row(const float16* v, int r, __m256d& lo, __m256d& hi) {
 #endif
 #endif
 
-/// How far ahead of the block being summed the norm pass asks the host's cache for grads:
-/// 1 KiB of fp32 and 2 KiB of 16-bit grads (the best of 1, 2 and 4 KiB on a 2-core EPYC:
-/// medians of 6 interleaved runs at 1 and 2 threads, 0.92 and 0.95 of a plain read).
-/// The pass does little work per byte, and with the hardware prefetcher alone it stayed at
-/// ~0.85 of the read.
+/// How far ahead of the block being summed the norm pass asks the host's cache for grads
+/// (read_prefetch_bytes). The pass does little work per byte, and with the hardware
+/// prefetcher alone it stayed at ~0.85 of the read.
 template <class T>
-inline constexpr std::size_t norm_prefetch_bytes = sizeof(T) == 4 ? 1024 : 2048;
+inline constexpr std::size_t norm_prefetch_bytes = read_prefetch_bytes;
 
 /// A prefetch of the block norm_prefetch_bytes past `block`, line by line.
 template <class T>

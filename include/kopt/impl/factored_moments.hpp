@@ -175,17 +175,21 @@ KOKKOS_FORCEINLINE_FUNCTION void group_squares(const T* const (&row)[R], std::in
     part[j] += (sq[0] + sq[1]) + (sq[2] + sq[3]);
 }
 
-/// group_squares of elements [0, n) (n a multiple of sum_lanes), each row's into its lanes.
-template <int R, class T>
+/// group_squares of elements [0, n) (n a multiple of sum_lanes), each row's into its lanes;
+/// `Prefetch`: the rows asked for ahead (lane_prefetch).
+template <int R, bool Prefetch = false, class T>
 KOKKOS_FORCEINLINE_FUNCTION void add_group_squares(const T* const (&row)[R], std::int64_t n,
                                                    float scale, double* part,
                                                    double (&lane)[R][sum_lanes]) {
-  for (std::int64_t j = 0; j < n; j += sum_lanes)
+  for (std::int64_t j = 0; j < n; j += sum_lanes) {
+    if constexpr (Prefetch)
+      for (int q = 0; q < R; ++q) prefetch_ahead(row[q], j + lane_prefetch<T>);
     for (int k = 0; k < sum_lanes; ++k) {
       double sq[R];
       group_squares<R>(row, j + k, scale, part, sq);
       for (int q = 0; q < R; ++q) lane[q][k] += sq[q];
     }
+  }
 }
 
 /// Rows row[0..R) of a matrix (R = 1 or 4): s[q] = row q's sum of squares in
@@ -203,8 +207,8 @@ KOKKOS_FORCEINLINE_FUNCTION void row_group_sums(const GradT* const (&row)[R], st
     widened_strips<R>(row, whole, [&](const float* const(&x)[R], std::int64_t at, int n) {
       add_group_squares<R>(x, n, scale, part + at, lane);
     });
-  else
-    add_group_squares<R>(row, whole, scale, part, lane);
+  else  // an fp32 grad, asked for ahead
+    add_group_squares<R, true>(row, whole, scale, part, lane);
   for (int q = 0; q < R; ++q) {
     s[q] = 0.0;
     for (int k = 0; k < sum_lanes; ++k) s[q] += lane[q][k];

@@ -24,8 +24,10 @@ namespace kopt::Impl {
 
 /// Lanes of a sum.
 inline constexpr int sum_lanes = 16;
-/// How far ahead (elements) a sum asks the cache for the stream it reads.
-inline constexpr std::int64_t lane_prefetch = 512;
+/// How far ahead a sum asks the cache for the stream it reads, in elements of T.
+template <class T>
+inline constexpr std::int64_t lane_prefetch =
+    read_prefetch_bytes / static_cast<std::int64_t>(sizeof(T));
 /// Elements a host pass widens to fp32 at a time (whole groups of sum_lanes).
 inline constexpr int lane_strip = 256;
 
@@ -37,7 +39,7 @@ KOKKOS_FORCEINLINE_FUNCTION void add_lane_squares(std::int64_t n, const Value& v
                                                   double (&lane)[sum_lanes],
                                                   const T* stream = nullptr) {
   for (std::int64_t j = 0; j < n; j += sum_lanes) {
-    if (stream != nullptr) prefetch_ahead(stream, j + lane_prefetch);
+    if (stream != nullptr) prefetch_ahead(stream, j + lane_prefetch<T>);
     KOPT_VECTOR_LOOP
     for (int k = 0; k < sum_lanes; ++k) {
       const double v = value(j + k);
@@ -82,7 +84,7 @@ KOKKOS_INLINE_FUNCTION void widened_strips(const T* const (&rows)[R], std::int64
     const auto n = static_cast<int>(std::min<std::int64_t>(lane_strip, whole - at));
     for (int q = 0; q < R; ++q) {
       for (int e = 0; e < n; e += 64 / static_cast<int>(sizeof(T)))
-        prefetch_ahead(rows[q], at + e + lane_prefetch);
+        prefetch_ahead(rows[q], at + e + lane_prefetch<T>);
       widen_run(rows[q] + at, strip[q], n);
     }
     body(x, at, n);
