@@ -183,7 +183,7 @@ KOKKOS_FORCEINLINE_FUNCTION void add_group_squares(const T* const (&row)[R], std
                                                    double (&lane)[R][sum_lanes]) {
   for (std::int64_t j = 0; j < n; j += sum_lanes) {
     if constexpr (Prefetch)
-      for (int q = 0; q < R; ++q) prefetch_ahead(row[q], j + lane_prefetch<T>);
+      for (int q = 0; q < R; ++q) prefetch_ahead(row[q], j + lane_prefetch<T, R>);
     for (int k = 0; k < sum_lanes; ++k) {
       double sq[R];
       group_squares<R>(row, j + k, scale, part, sq);
@@ -260,18 +260,28 @@ struct FactorRowBlock {
   }
 };
 
-/// Host, column j: C_j <- lerp to mean_i g_ij^2, its blocks' sums added in order.
+/// Host, columns [j0, j0 + column_group): C_j <- lerp to mean_i g_ij^2, each column's
+/// blocks' sums added in block order. A group at a time, the adds run down contiguous
+/// column sums in vectors (a thread per column read its sums 64 KiB apart, one at a time).
 struct FactorColumnParts {
+  static constexpr std::int64_t column_group = 64;
   const double* parts;
   float* col_var;
   float* col_factor;
   std::int64_t rows, cols, blocks;
   float beta;
-  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t j) const {
-    double s = 0.0;
-    for (std::int64_t rb = 0; rb < blocks; ++rb) s += parts[rb * cols + j];
-    col_var[j] = lerp_to(col_var[j], s, rows, beta);
-    col_factor[j] = inverse_root(col_var[j]);
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t group) const {
+    const std::int64_t j0 = group * column_group;
+    const std::int64_t n = cols - j0 < column_group ? cols - j0 : column_group;
+    double s[column_group] = {};
+    for (std::int64_t rb = 0; rb < blocks; ++rb) {
+      const double* part = parts + rb * cols + j0;
+      for (std::int64_t k = 0; k < n; ++k) s[k] += part[k];
+    }
+    for (std::int64_t k = 0; k < n; ++k) {
+      col_var[j0 + k] = lerp_to(col_var[j0 + k], s[k], rows, beta);
+      col_factor[j0 + k] = inverse_root(col_var[j0 + k]);
+    }
   }
 };
 
@@ -370,7 +380,8 @@ double factored_step_of(const GradT* g, const Tensor& p, float* state, float* fa
           "kopt::adafactor::row_blocks", Range(0, blocks),
           FactorRowBlock<GradT>{g, scale, row_var, work.sums.data(), work.column_parts.data(), rows,
                                 cols, block, k.beta});
-      Kokkos::parallel_for("kopt::adafactor::columns", Range(0, cols),
+      constexpr std::int64_t group = FactorColumnParts::column_group;
+      Kokkos::parallel_for("kopt::adafactor::columns", Range(0, (cols + group - 1) / group),
                            FactorColumnParts{work.column_parts.data(), col_var, col_factor, rows,
                                              cols, blocks, k.beta});
     } else {
