@@ -83,9 +83,12 @@ struct TensorSumsFunctor {
     for (std::int64_t at = chunk.begin; at < chunk.end; at += S) {
       const int n = static_cast<int>(chunk.end - at < S ? chunk.end - at : S);
       measure_strip<Policy, V, ParamT, GradT, MasterT>(slot, dtypes_, at, n, s, x);
-      for (int b = 0; b * tensor_sum_block < n; ++b)
-        for (int k = 0; k < K; ++k)
-          window[k].add(block_square_sum(x + k * S + b * tensor_sum_block), acc[k]);
+      for (int k = 0; k < K; ++k) {  // a sum at a time, its window a local: in registers
+        ExponentWindow w = window[k];
+        for (int b = 0; b * tensor_sum_block < n; ++b)
+          w.add(block_square_sum(x + k * S + b * tensor_sum_block), acc[k]);
+        window[k] = w;
+      }
     }
     for (int k = 0; k < K; ++k) {
       window[k].flush(acc[k]);
