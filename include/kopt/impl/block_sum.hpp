@@ -80,16 +80,13 @@ inline void block_row(const float16* v, int r, __m256d& lo, __m256d& hi) {
 #endif
 #endif
 
-/// How far ahead of the block being summed the norm pass asks the host's cache for grads
-/// (read_prefetch_bytes). The pass does little work per byte, and with the hardware
-/// prefetcher alone it stayed at ~0.85 of the read.
-template <class T>
-inline constexpr std::size_t norm_prefetch_bytes = read_prefetch_bytes;
-
-/// A prefetch of the block norm_prefetch_bytes past `block`, line by line.
+/// A prefetch of the block read_prefetch_bytes past `block`, line by line. The norm pass
+/// does little work per byte, and with the hardware prefetcher alone it stayed at ~0.85 of
+/// the read.
 template <class T>
 KOKKOS_FORCEINLINE_FUNCTION void prefetch_block_ahead(const T* block) {
-  constexpr std::int64_t ahead = norm_prefetch_bytes<T> / sizeof(T), per_line = 64 / sizeof(T);
+  constexpr std::int64_t ahead = read_prefetch_bytes / static_cast<std::int64_t>(sizeof(T));
+  constexpr std::int64_t per_line = 64 / static_cast<std::int64_t>(sizeof(T));
   for (std::int64_t k = 0; k < norm_block; k += per_line) prefetch_ahead(block, ahead + k);
 }
 
