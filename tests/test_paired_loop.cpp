@@ -3,8 +3,12 @@
 // state arrays), every policy and variant, chunk sizes around its strips and pairs and
 // chunks that start at odd elements, it must leave bitwise the params, remainders and state
 // that fused_element leaves, element by element. Grads that overflow Adam's interpolations
-// (3e19, whose square is inf; inf; NaN) sit in some strips, so the unguarded run, its
-// snapshot and the guarded rerun are all checked; other strips stay unguarded.
+// sit in some strips (1e20, scaled by 0.5: its square is inf, and v stays finite only
+// through the guard; inf; NaN), so the unguarded run, its snapshot and the guarded rerun are
+// all checked (for Adam's remainder and to-nearest forms, the lane loop's rerun of one
+// vector); other strips stay unguarded. Every 97th element has a zero grad and subnormal
+// state, which stays subnormal: the lane loop rounds a vector holding one without the CPU's
+// bf16 conversion, which would flush it to zero.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -45,9 +49,14 @@ Streams random_streams(std::int64_t n, bool overflow, unsigned seed) {
     s.s1.push_back(bfloat16::from_float(std::abs(normal(rng)) * 1e-5f));
     s.s2.push_back(bfloat16::from_float(std::abs(normal(rng)) * 2e-5f));
     s.remainder.push_back(static_cast<std::uint16_t>(rng()));
+    if (i % 97 == 5) {
+      s.grad.back() = bfloat16{0};
+      s.s0.back() = bfloat16{static_cast<std::uint16_t>(0x8000u | (i % 127 + 1))};
+      s.s1.back() = bfloat16{static_cast<std::uint16_t>(i % 127 + 1)};
+    }
   }
   if (overflow && n > 300) {  // in the second strip only (elements 256..511)
-    s.grad[300] = bfloat16::from_float(3e19f);
+    s.grad[300] = bfloat16::from_float(1e20f);
     if (n > 301) s.grad[301] = bfloat16::from_float(-std::numeric_limits<float>::infinity());
     if (n > 400) s.grad[400] = bfloat16::from_float(std::numeric_limits<float>::quiet_NaN());
   }

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <kopt/adam_config.hpp>
 #include <kopt/compat.hpp>
+#include <kopt/impl/lanes.hpp>
 #include <kopt/storage_types.hpp>
 
 namespace kopt::Impl {
@@ -20,12 +21,18 @@ KOKKOS_FORCEINLINE_FUNCTION float finite_or(float lerp, float fallback) {
   const std::uint32_t keep = 0u - static_cast<std::uint32_t>((l & 0x7f800000u) != 0x7f800000u);
   return bits_float((l & keep) | (float_bits(fallback) & ~keep));
 }
+#ifdef KOPT_HAVE_VECTOR_EXTENSIONS
+/// finite_or of each lane (kopt/impl/lanes.hpp): a vector select, no branch to sink.
+KOKKOS_FORCEINLINE_FUNCTION LaneF finite_or(LaneF lerp, LaneF fallback) {
+  return (float_bits(lerp) & 0x7f800000u) != 0x7f800000u ? lerp : fallback;
+}
+#endif
 
 /// adam_update's guard: each interpolation where finite, else its fallback (computed always:
 /// branch-free, as the vector loops need).
 struct GuardEachElement {
-  template <class Fallback>
-  KOKKOS_FORCEINLINE_FUNCTION float operator()(float lerp, const Fallback& fallback) const {
+  template <class T, class Fallback>
+  KOKKOS_FORCEINLINE_FUNCTION T operator()(T lerp, const Fallback& fallback) const {
     return finite_or(lerp, fallback());
   }
 };
@@ -35,34 +42,35 @@ struct GuardEachElement {
 /// block unguarded and, where the flag comes back set, the block again with GuardEachElement;
 /// elements with finite interpolations are the same bits either way, so the pair is
 /// adam_update bit for bit without computing the fallbacks (a fifth of the work) on every
-/// element (kopt/impl/paired_loop.hpp).
+/// element (kopt/impl/paired_loop.hpp; per lane vector, Flags a LaneU: paired_lanes.hpp).
+template <class Flags>
 struct FlagOverflow {
-  std::uint32_t& overflow;
-  template <class Fallback>
-  KOKKOS_FORCEINLINE_FUNCTION float operator()(float lerp, const Fallback&) const {
+  Flags& overflow;
+  template <class T, class Fallback>
+  KOKKOS_FORCEINLINE_FUNCTION T operator()(T lerp, const Fallback&) const {
     overflow |= (float_bits(lerp) & 0x7f800000u) + 0x00800000u;
     return lerp;
   }
 };
 
-/// adam_update's math with either guard.
-template <bool Amsgrad, class Guard>
-KOKKOS_FORCEINLINE_FUNCTION float adam_update_guarded(float p, float grad, float& m, float& v,
-                                                      float& vmax, const AdamStepScalars& s,
-                                                      const Guard& guard) {
-  const float g = grad * s.grad_scale + s.l2_decay * p;
+/// adam_update's math with either guard, on floats or on lane vectors of them
+/// (kopt/impl/lanes.hpp; the same ops lane by lane).
+template <bool Amsgrad, class T, class Guard>
+KOKKOS_FORCEINLINE_FUNCTION T adam_update_guarded(T p, T grad, T& m, T& v, T& vmax,
+                                                  const AdamStepScalars& s, const Guard& guard) {
+  const T g = grad * s.grad_scale + s.l2_decay * p;
   // The fallbacks take beta as 1 - (1 - beta) in float, off by ~3e-8: harmless, for they
   // decide only elements whose interpolation overflowed (and v, once inf, stays inf).
   const float a1 = s.one_minus_beta1, a2 = s.one_minus_beta2;
-  const float m0 = m, v0 = v;
+  const T m0 = m, v0 = v;
   m = guard(m0 + a1 * (g - m0), [&] { return (1.0f - a1) * m0 + a1 * g; });
   v = guard(v0 + a2 * (g * g - v0), [&] { return (1.0f - a2) * v0 + (a2 * g) * g; });
-  float second = v;
+  T second = v;
   if constexpr (Amsgrad) {
     vmax = vmax < v ? v : vmax;
     second = vmax;
   }
-  const float denom = KOPT_SQRT(second) * s.inv_sqrt_bc2 + s.eps;
+  const T denom = KOPT_SQRT(second) * s.inv_sqrt_bc2 + s.eps;
   return p - (s.lr_decay * p + s.step_size * m / denom);
 }
 

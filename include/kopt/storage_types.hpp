@@ -27,6 +27,17 @@ KOKKOS_FORCEINLINE_FUNCTION float bits_float(std::uint32_t u) {
   std::memcpy(&f, &u, sizeof f);
   return f;
 }
+
+/// The bits of bfloat16::from_float(f) from f's bits `x`, in the low half of a 32-bit word: for
+/// std::uint32_t, and for kopt/impl/lanes.hpp's vectors of them (the same ops lane by lane).
+template <class U>
+KOKKOS_FORCEINLINE_FUNCTION U bf16_nearest_bits(U x) {
+  const auto nan = (x & 0x7fffffffu) > 0x7f800000u;
+  // Adding 0x7fff plus the lowest kept bit rounds to nearest even; a carry into the
+  // exponent is the right answer (up to the next binade, or to Inf past the max).
+  const U rounded = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
+  return nan ? U((x >> 16) | 0x0040u) : rounded;
+}
 }  // namespace Impl
 
 /// bfloat16: 1 sign, 8 exponent, 7 mantissa bits (the top half of a float).
@@ -35,12 +46,7 @@ struct bfloat16 {
 
   /// Rounds `f` to nearest even; NaN becomes a quiet NaN of the same sign.
   KOKKOS_FORCEINLINE_FUNCTION static bfloat16 from_float(float f) {
-    const std::uint32_t x = Impl::float_bits(f);
-    const bool nan = (x & 0x7fffffffu) > 0x7f800000u;
-    // Adding 0x7fff plus the lowest kept bit rounds to nearest even; a carry into the
-    // exponent is the right answer (up to the next binade, or to Inf past the max).
-    const std::uint32_t rounded = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
-    return bfloat16{static_cast<std::uint16_t>(nan ? ((x >> 16) | 0x0040u) : rounded)};
+    return bfloat16{static_cast<std::uint16_t>(Impl::bf16_nearest_bits(Impl::float_bits(f)))};
   }
   /// Exact: every bfloat16 is a float.
   KOKKOS_FORCEINLINE_FUNCTION float to_float() const {

@@ -9,15 +9,20 @@
 ///   with arithmetic instead of shuffles. Element by element, each 16-bit load and store
 ///   cost a shuffle, all on one port: that, not memory, bounded the 18-byte step (0.72 G
 ///   elements/s on one core of the 2-core Xeon, in cache, to the 28-byte step's 1.26).
-/// - Where the policy has update_unguarded (Adam), each strip of paired_strip elements runs
-///   it first, from a snapshot of what the strip will overwrite, and runs again with the
-///   guards only where an interpolation overflowed (never, in training that is not already
-///   diverging). The guards' fallbacks were a fifth of the work of every element.
+/// - Where the policy has update_with (Adam), each strip of paired_strip elements runs it
+///   unguarded first, from a snapshot of what the strip will overwrite, and runs again with
+///   the guards only where an interpolation overflowed (never, in training that is not
+///   already diverging). The guards' fallbacks were a fifth of the work of every element.
+/// - Where the host has vector extensions, Adam's remainder and to-nearest forms run
+///   paired_lanes instead (kopt/impl/paired_lanes.hpp): the same, per vector, without the
+///   snapshot.
 
 #include <bit>
 #include <cstdint>
 #include <cstring>
+#include <kopt/adam_update.hpp>  // the guards: GuardEachElement, FlagOverflow
 #include <kopt/impl/element_update.hpp>
+#include <kopt/impl/paired_lanes.hpp>
 #include <type_traits>
 
 namespace kopt::Impl {
@@ -34,12 +39,6 @@ inline constexpr bool paired_form =
         std::endian::little&& std::is_same_v<ParamT, bfloat16>&& std::is_same_v<GradT, bfloat16> &&
     !std::is_same_v<typename F::MasterT, float> &&
     (std::is_same_v<typename F::StateT, bfloat16> || Policy::arrays_of(V) == 0u);
-
-template <class Policy, int V>
-inline constexpr bool has_unguarded_update = requires(float x, std::uint32_t& flag,
-                                                      const typename Policy::Scalars& s) {
-  Policy::template update_unguarded<V>(x, x, x, x, x, s, flag);
-};
 
 /// Two 16-bit elements as one word, and back.
 template <class T>
@@ -88,7 +87,8 @@ KOPT_LOOP_FUNCTION std::uint32_t paired_span(
       const float w = remainder ? join_master(p, half_of(mw, h)) : to_float(p);
       float out;
       if constexpr (Unguarded)
-        out = Policy::template update_unguarded<V>(w, widen(gw, h), a0, a1, a2, s, overflow);
+        out = Policy::template update_with<V>(w, widen(gw, h), a0, a1, a2, s,
+                                              FlagOverflow<std::uint32_t>{overflow});
       else
         out = Policy::template update<V>(w, widen(gw, h), a0, a1, a2, s);
       const int shift = 16 * h;
@@ -145,8 +145,9 @@ struct StripSnapshot {
   }
 };
 
-/// The chunk loop of a paired_form: strips of paired_strip elements, each after a prefetch of
-/// its streams update_prefetch_elements ahead; the last odd element by fused_element.
+/// The chunk loop of a paired_form: paired_lanes where it runs the form, else strips of
+/// paired_strip elements, each after a prefetch of its streams update_prefetch_elements ahead;
+/// the pairs left by paired_span, guarded; the last odd element by fused_element.
 template <class Policy, int V, class ParamT, class GradT, class F>
 KOPT_LOOP_FUNCTION void paired_host_loop(
     std::int64_t begin, std::int64_t end, bfloat16* KOPT_RESTRICT param,
@@ -155,10 +156,15 @@ KOPT_LOOP_FUNCTION void paired_host_loop(
     typename F::StateT* KOPT_RESTRICT s2, const typename Policy::Scalars s, const ChunkRounding r) {
   constexpr unsigned kept = Policy::arrays_of(V);
   std::int64_t i = begin;
-  for (; i + paired_strip <= end; i += paired_strip) {
+  if constexpr (lanes_form<Policy, V, F>) {
+#ifdef KOPT_HAVE_VECTOR_EXTENSIONS
+    i = paired_lanes<Policy, V, F>(begin, end, param, grad, master, s0, s1, s2, s);
+#endif
+  }
+  for (; !lanes_form<Policy, V, F> && i + paired_strip <= end; i += paired_strip) {
     for (std::int64_t line = 0; line < paired_strip; line += 32)
       prefetch_update<Policy, V, true>(i + line, param, grad, master, s0, s1, s2);
-    if constexpr (has_unguarded_update<Policy, V>) {
+    if constexpr (has_update_with<Policy, V>) {
       StripSnapshot<F, kept> before;
       before.take(i, param, master, s0, s1, s2);
       const std::uint32_t overflow = paired_span<Policy, V, true, F>(

@@ -29,19 +29,28 @@ struct SplitMaster {
   std::uint16_t remainder;
 };
 
-KOKKOS_FORCEINLINE_FUNCTION bool bf16_bits_nan(std::uint32_t bits) {
-  return (bits & 0x7fffu) > 0x7f80u;
+/// The param's bits of a master with bits `x` (in the low half; std::uint32_t or a lane
+/// vector of them): rounded to nearest, ties toward the truncation.
+template <class U>
+KOKKOS_FORCEINLINE_FUNCTION U split_param_bits(U x) {
+  const U high = x >> 16;
+  const auto nan = (x & 0x7fffffffu) > 0x7f800000u;
+  // Rounding up from the largest finite magnitude gives Inf, as round-to-nearest-even does;
+  // a NaN never rounds (0x7fff + 1 would carry into the sign).
+  const U rounded = (x & 0xffffu) > 0x8000u ? U(high + 1u) : high;
+  return nan ? U(high | 0x0040u) : rounded;
+}
+
+/// The master's bits from a param's bits `p` and a remainder `r` (each in the low half).
+template <class U>
+KOKKOS_FORCEINLINE_FUNCTION U join_master_bits(U p, U r) {
+  const auto down = (r > 0x8000u) & ((p & 0x7fffu) <= 0x7f80u);  // rounded up, not NaN
+  return (down ? U(p - 1u) : p) << 16 | r;
 }
 
 /// The param of `master`: rounded to nearest, ties toward the truncation.
 KOKKOS_FORCEINLINE_FUNCTION bfloat16 split_param(float master) {
-  const std::uint32_t x = float_bits(master);
-  const std::uint32_t high = x >> 16;
-  const bool nan = (x & 0x7fffffffu) > 0x7f800000u;
-  // Rounding up from the largest finite magnitude gives Inf, as round-to-nearest-even does;
-  // a NaN never rounds (0x7fff + 1 would carry into the sign).
-  const std::uint32_t rounded = high + ((x & 0xffffu) > 0x8000u ? 1u : 0u);
-  return bfloat16{static_cast<std::uint16_t>(nan ? (high | 0x0040u) : rounded)};
+  return bfloat16{static_cast<std::uint16_t>(split_param_bits(float_bits(master)))};
 }
 
 /// The remainder of `master`: its low 16 bits.
@@ -57,9 +66,7 @@ KOKKOS_FORCEINLINE_FUNCTION SplitMaster split_master(float master) {
 
 /// The master that `split_master` split into (param, remainder).
 KOKKOS_FORCEINLINE_FUNCTION float join_master(bfloat16 param, std::uint16_t remainder) {
-  const std::uint32_t p = param.bits;
-  const std::uint32_t down = (remainder > 0x8000u && !bf16_bits_nan(p)) ? 1u : 0u;
-  return bits_float(((p - down) << 16) | remainder);
+  return bits_float(join_master_bits(std::uint32_t{param.bits}, std::uint32_t{remainder}));
 }
 
 }  // namespace kopt::Impl

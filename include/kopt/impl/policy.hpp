@@ -26,8 +26,9 @@
 ///   };
 ///
 /// A policy whose update guards rare elements at a cost to every one (Adam's overflow
-/// fallbacks) may also give `update_unguarded<V>(p, g, s0, s1, s2, scalars, overflow)`: the
-/// same bits wherever it leaves bit 31 of `overflow` clear (kopt/impl/paired_loop.hpp).
+/// fallbacks) may also give `update_with<V>(p, g, s0, s1, s2, scalars, guard)`, its math on
+/// floats or lane vectors under the caller's guard: FlagOverflow gives the same bits wherever
+/// it leaves bit 31 of its flags clear (kopt/impl/paired_loop.hpp, paired_lanes.hpp).
 ///
 /// `update` takes the param (or its fp32 master) and the raw grad, updates the state
 /// elements it keeps (s0..s2, array k; the others are scratch), and returns the new param.

@@ -30,13 +30,13 @@ struct AdamPolicy {
                                                   const Scalars& s) {
     return adam_update<V == 1>(p, g, m, v, vmax, s);
   }
-  /// update() without its per-element overflow fallbacks, flagging overflow instead (bit 31):
-  /// the optional hook of kopt/impl/paired_loop.hpp.
-  template <int V>
-  KOKKOS_FORCEINLINE_FUNCTION static float update_unguarded(float p, float g, float& m, float& v,
-                                                            float& vmax, const Scalars& s,
-                                                            std::uint32_t& overflow) {
-    return adam_update_guarded<V == 1>(p, g, m, v, vmax, s, FlagOverflow{overflow});
+  /// update()'s math with another guard, on floats or lane vectors: the optional hook of
+  /// kopt/impl/paired_loop.hpp and paired_lanes.hpp (FlagOverflow runs it without the
+  /// per-element overflow fallbacks, flagging overflow instead).
+  template <int V, class T, class Guard>
+  KOKKOS_FORCEINLINE_FUNCTION static T update_with(T p, T g, T& m, T& v, T& vmax, const Scalars& s,
+                                                   const Guard& guard) {
+    return adam_update_guarded<V == 1>(p, g, m, v, vmax, s, guard);
   }
 };
 

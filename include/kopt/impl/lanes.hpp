@@ -1,0 +1,92 @@
+#pragma once
+/// \file
+/// Host vectors of floats and of their bits (GCC and Clang's vector extensions), as wide as
+/// the target's widest vector register, for loops that the auto-vectorizer will not write
+/// well: the math templates (adam_update_guarded, the bf16 roundings) take them as they take
+/// float and std::uint32_t, so the lanes run exactly the scalar bits, op for op.
+///
+/// What the vectorizer cannot do is branch per vector. Adam's overflow fallbacks cost a
+/// fifth of every element's work, yet decide an element only when its interpolation
+/// overflowed; the paired loop ran a strip unguarded, kept a copy of what it overwrote and
+/// reran it guarded when a flag came back set, and the copy alone cost 11% of the 18-byte
+/// step on one core (kopt/impl/paired_lanes.hpp tests the flags of each vector instead).
+
+#include <cstdint>
+#include <cstring>
+#include <kopt/compat.hpp>
+
+#ifdef KOPT_HAVE_VECTOR_EXTENSIONS
+#if defined(__SSE__)
+#include <immintrin.h>
+#endif
+namespace kopt::Impl {
+
+/// Bytes per lane vector: the widest register the target has (a wider GCC vector type would
+/// change the ABI of the functions that take it, and GCC warns so).
+#if defined(__AVX512F__)
+inline constexpr int lane_bytes = 64;
+#elif defined(__AVX__)
+inline constexpr int lane_bytes = 32;
+#else
+inline constexpr int lane_bytes = 16;
+#endif
+inline constexpr int lane_count = lane_bytes / 4;
+
+using LaneF = float __attribute__((vector_size(lane_bytes)));
+using LaneU = std::uint32_t __attribute__((vector_size(lane_bytes)));
+
+KOKKOS_FORCEINLINE_FUNCTION LaneU float_bits(LaneF x) {
+  LaneU u;
+  std::memcpy(&u, &x, sizeof u);
+  return u;
+}
+KOKKOS_FORCEINLINE_FUNCTION LaneF bits_float(LaneU u) {
+  LaneF x;
+  std::memcpy(&x, &u, sizeof x);
+  return x;
+}
+
+/// The correctly rounded square root of each lane (the loop compiles to one vector square
+/// root under -fno-math-errno, which kopt's targets set).
+KOKKOS_FORCEINLINE_FUNCTION LaneF sqrt_rn(LaneF x) {
+  LaneF r;
+  for (int l = 0; l < lane_count; ++l) r[l] = __builtin_sqrtf(x[l]);
+  return r;
+}
+
+/// Lane vectors from memory and back (any alignment).
+template <class T>
+KOKKOS_FORCEINLINE_FUNCTION LaneU load_lanes(const T* at) {
+  LaneU u;
+  std::memcpy(&u, static_cast<const void*>(at), sizeof u);
+  return u;
+}
+template <class T>
+KOKKOS_FORCEINLINE_FUNCTION void store_lanes(T* at, LaneU u) {
+  std::memcpy(static_cast<void*>(at), &u, sizeof u);
+}
+
+/// Whether any lane of `u` has bit 31 set: a test and a branch on x86 (GCC reduces a lane
+/// loop through every lane, 40 instructions for 16, as much as a fifth of an Adam update).
+KOKKOS_FORCEINLINE_FUNCTION bool any_top_bit(LaneU u) {
+#if defined(__AVX512F__)
+  __m512i v;
+  std::memcpy(&v, &u, sizeof v);
+  return _mm512_test_epi32_mask(v, _mm512_set1_epi32(INT32_MIN)) != 0;
+#elif defined(__AVX__)
+  __m256 v;
+  std::memcpy(&v, &u, sizeof v);
+  return _mm256_movemask_ps(v) != 0;
+#elif defined(__SSE__)
+  __m128 v;
+  std::memcpy(&v, &u, sizeof v);
+  return _mm_movemask_ps(v) != 0;
+#else
+  std::uint32_t all = 0;
+  for (int l = 0; l < lane_count; ++l) all |= u[l];
+  return (all & 0x80000000u) != 0;
+#endif
+}
+
+}  // namespace kopt::Impl
+#endif
