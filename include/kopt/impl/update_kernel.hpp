@@ -18,6 +18,7 @@
 #include <kopt/compat.hpp>
 #include <kopt/impl/element_update.hpp>
 #include <kopt/impl/fault_injection.hpp>
+#include <kopt/impl/host_loops.hpp>
 #include <kopt/impl/paired_loop.hpp>
 #include <kopt/impl/param_remainder.hpp>
 #include <kopt/state_storage.hpp>
