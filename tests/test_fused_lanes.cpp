@@ -1,12 +1,13 @@
 // The host loop of fp32-state forms (kopt/impl/host_loops.hpp, with its lane loop
 // kopt/impl/fused_lanes.hpp where the build has vector extensions) against fused_element,
 // element by element: for f32 and bf16 params and grads with an fp32 master, a remainder or
-// none, Adam with and without amsgrad, chunk sizes around the vector width and chunks that
-// start at odd elements, three steps must leave bitwise the same params, masters and state.
-// Some vectors hold grads that overflow Adam's interpolations (1e20, scaled by 0.5: its
-// square is inf, and v stays finite only through the guard; inf; NaN), so the guarded rerun
-// of one vector is checked; every 89th element is a subnormal param with a zero grad and no
-// state, whose bf16 rounding the CPU's conversion (AVX-512 BF16) would flush to zero.
+// none (to nearest, stochastically: element indices small and crossing 2^32), Adam with and without
+// amsgrad, chunk sizes around the vector width and chunks that start at odd elements, three steps
+// must leave bitwise the same params, masters and state. Some vectors hold grads that overflow
+// Adam's interpolations (1e20, scaled by 0.5: its square is inf, and v stays finite only through
+// the guard; inf; NaN), so the guarded rerun of one vector is checked; every 89th element is a
+// subnormal param with a zero grad and no state, whose bf16 rounding the CPU's conversion (AVX-512
+// BF16) would flush to zero.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -79,18 +80,17 @@ Streams<ParamT, GradT, MasterT> random_streams(std::int64_t n, unsigned seed) {
 }
 
 template <class Policy, int V, class ParamT, class GradT, class F, class S>
-void run(S& s, std::int64_t begin, const typename Policy::Scalars& scalars, bool loop) {
+void run(S& s, std::int64_t begin, const typename Policy::Scalars& scalars, const ChunkRounding& r,
+         bool loop) {
   const auto n = static_cast<std::int64_t>(s.param.size());
   auto* master = s.master.empty() ? nullptr : s.master.data();
   if (loop) {
     fused_host_loop<Policy, V, ParamT, GradT, F>(begin, n, s.param.data(), s.grad.data(), master,
-                                                 s.s0.data(), s.s1.data(), s.s2.data(), scalars,
-                                                 ChunkRounding{});
+                                                 s.s0.data(), s.s1.data(), s.s2.data(), scalars, r);
   } else {
     for (std::int64_t i = begin; i < n; ++i)
       fused_element<Policy, V, ParamT, GradT, F>(i, s.param.data(), s.grad.data(), master,
-                                                 s.s0.data(), s.s1.data(), s.s2.data(), scalars,
-                                                 ChunkRounding{});
+                                                 s.s0.data(), s.s1.data(), s.s2.data(), scalars, r);
   }
 }
 
@@ -105,14 +105,20 @@ void expect_loop_like_elements(const AdamConfig& config) {
     for (const std::int64_t n : {0, 1, 7, 15, 16, 17, 31, 33, 255, 257, 1000, 4097}) {
       for (const std::int64_t begin : {std::int64_t{0}, std::int64_t{1}}) {
         if (begin > n) continue;
-        auto loop = random_streams<ParamT, GradT, MasterT>(n, static_cast<unsigned>(n * 2 + begin));
-        auto elements = loop;
-        for (std::int64_t t = 1; t <= 3; ++t) {
-          const auto scalars = AdamPolicy::scalars(config, t, 0.5);
-          run<AdamPolicy, V, ParamT, GradT, F>(loop, begin, scalars, true);
-          run<AdamPolicy, V, ParamT, GradT, F>(elements, begin, scalars, false);
+        // Stochastic rounding's indices: small, and crossing 2^32 within a vector.
+        for (const std::int64_t first : {std::int64_t{12345}, (std::int64_t{1} << 32) - 37}) {
+          auto loop =
+              random_streams<ParamT, GradT, MasterT>(n, static_cast<unsigned>(n * 2 + begin));
+          auto elements = loop;
+          for (std::int64_t t = 1; t <= 3; ++t) {
+            const auto scalars = AdamPolicy::scalars(config, t, 0.5);
+            const ChunkRounding r{rounding_key(0x5eed, t), first};
+            run<AdamPolicy, V, ParamT, GradT, F>(loop, begin, scalars, r, true);
+            run<AdamPolicy, V, ParamT, GradT, F>(elements, begin, scalars, r, false);
+          }
+          EXPECT_TRUE(loop == elements)
+              << "variant " << V << ", " << n << " elements from " << begin << ", index " << first;
         }
-        EXPECT_TRUE(loop == elements) << "variant " << V << ", " << n << " elements from " << begin;
       }
     }
   });
@@ -141,6 +147,9 @@ TEST(FusedLanes, RemaindersMatchTheElementUpdateBitwise) {
 TEST(FusedLanes, NoMasterToNearestMatchesTheElementUpdateBitwise) {
   expect_both_configs<bfloat16, bfloat16, RoundToNearest>();
   expect_both_configs<float, float, RoundToNearest>();
+}
+TEST(FusedLanes, NoMasterStochasticMatchesTheElementUpdateBitwise) {
+  expect_both_configs<bfloat16, bfloat16, RoundStochastic>();
 }
 
 }  // namespace

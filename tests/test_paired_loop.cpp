@@ -64,10 +64,11 @@ Streams random_streams(std::int64_t n, bool overflow, unsigned seed) {
 }
 
 template <class Policy, int V, class F>
-void run(Streams& s, std::int64_t begin, const typename Policy::Scalars& scalars, bool paired) {
+void run(Streams& s, std::int64_t begin, const typename Policy::Scalars& scalars,
+         std::int64_t first, bool paired) {
   const auto n = static_cast<std::int64_t>(s.param.size());
   auto* master = reinterpret_cast<typename F::MasterT*>(s.remainder.data());
-  const ChunkRounding r{rounding_key(0x5eed, 7), 12345};
+  const ChunkRounding r{rounding_key(0x5eed, 7), first};
   if (paired) {
     paired_host_loop<Policy, V, bfloat16, bfloat16, F>(begin, n, s.param.data(), s.grad.data(),
                                                        master, s.s0.data(), s.s1.data(),
@@ -93,14 +94,16 @@ void expect_paired_like_elements(const typename Policy::Config& config) {
         for (const bool overflow : {false, true}) {
           Streams paired = random_streams(n, overflow, static_cast<unsigned>(n * 4 + begin));
           Streams elements = paired;
+          // Stochastic rounding's element indices: small, or crossing 2^32 within a vector.
+          const std::int64_t first = overflow ? (std::int64_t{1} << 32) - 37 : 12345;
           for (std::int64_t t = 1; t <= 3; ++t) {  // steps from the state the last one left
             const auto scalars = Policy::scalars(config, t, 0.5);
-            run<Policy, V, F>(paired, begin, scalars, true);
-            run<Policy, V, F>(elements, begin, scalars, false);
+            run<Policy, V, F>(paired, begin, scalars, first, true);
+            run<Policy, V, F>(elements, begin, scalars, first, false);
           }
           EXPECT_TRUE(paired == elements)
               << Policy::name << " variant " << V << ", " << n << " elements from " << begin
-              << (overflow ? ", with overflowing grads" : "");
+              << (overflow ? ", with overflowing grads, indices across 2^32" : "");
         }
       }
     }

@@ -1,9 +1,9 @@
 #pragma once
 /// \file
-/// fused_host_loop's vector loop (kopt/impl/element_update.hpp) for a policy that gives
-/// update_with (Adam) with fp32 state arrays: f32 or bf16 params and grads, the master an fp32
-/// copy, a remainder or none (rounded to nearest); also the update of narrow_host_loop's fp32
-/// scratch. Each element gets exactly fused_element's bits.
+/// fused_host_loop's vector loop (kopt/impl/host_loops.hpp) for a policy that gives
+/// update_with (Adam) with fp32 state arrays: f32 or bf16 params and grads, the master an
+/// fp32 copy, a remainder or none (rounded to nearest or stochastically); also the update of
+/// narrow_host_loop's fp32 scratch. Each element gets exactly fused_element's bits.
 ///
 /// As paired_lanes (kopt/impl/paired_lanes.hpp), in lane vectors so that Adam's overflow
 /// guards run only for a vector whose interpolations overflowed: left to the auto-vectorizer,
@@ -29,9 +29,9 @@ template <class Policy, int V, class ParamT, class GradT, class F>
 inline constexpr bool fused_lanes_form =
 #ifdef KOPT_HAVE_VECTOR_EXTENSIONS
     has_update_with<Policy, V>&& std::is_same_v<typename F::StateT, float> &&
-    (std::is_same_v<ParamT, float> || std::is_same_v<ParamT, bfloat16>)&&(
-        std::is_same_v<GradT, float> ||
-        std::is_same_v<GradT, bfloat16>)&&!std::is_same_v<typename F::MasterT, RoundStochastic>;
+    (std::is_same_v<ParamT, float> ||
+     std::is_same_v<ParamT, bfloat16>)&&(std::is_same_v<GradT, float> ||
+                                         std::is_same_v<GradT, bfloat16>);
 #else
     false;
 #endif
@@ -76,13 +76,11 @@ KOKKOS_FORCEINLINE_FUNCTION void store_bf16_nearest(bfloat16* at, LaneF x) {
 /// Elements [begin, ...) in vectors of lane_count, as many as fit before `end`; returns where
 /// it stopped. PrefetchState as fused_host_loop's.
 template <class Policy, int V, class ParamT, class GradT, class F, bool PrefetchState>
-KOPT_LOOP_FUNCTION std::int64_t fused_lanes(std::int64_t begin, std::int64_t end,
-                                            ParamT* KOPT_RESTRICT param,
-                                            const GradT* KOPT_RESTRICT grad,
-                                            typename F::MasterT* KOPT_RESTRICT master,
-                                            float* KOPT_RESTRICT s0, float* KOPT_RESTRICT s1,
-                                            float* KOPT_RESTRICT s2,
-                                            const typename Policy::Scalars s) {
+KOPT_LOOP_FUNCTION std::int64_t fused_lanes(
+    std::int64_t begin, std::int64_t end, ParamT* KOPT_RESTRICT param,
+    const GradT* KOPT_RESTRICT grad, typename F::MasterT* KOPT_RESTRICT master,
+    float* KOPT_RESTRICT s0, float* KOPT_RESTRICT s1, float* KOPT_RESTRICT s2,
+    const typename Policy::Scalars s, const ChunkRounding r) {
   using MasterT = typename F::MasterT;
   constexpr unsigned kept = Policy::arrays_of(V);
   constexpr bool f32_param = std::is_same_v<ParamT, float>;
@@ -120,8 +118,10 @@ KOPT_LOOP_FUNCTION std::int64_t fused_lanes(std::int64_t begin, std::int64_t end
     } else if constexpr (std::is_same_v<MasterT, std::uint16_t>) {
       store_halves(param + i, split_param_bits(float_bits(out)));
       store_halves(master + i, float_bits(out) & 0xffffu);
-    } else {
+    } else if constexpr (std::is_same_v<MasterT, RoundToNearest>) {
       store_bf16_nearest(param + i, out);
+    } else {
+      store_halves(param + i, stochastic_lanes(float_bits(out), r, i, 1, 0));
     }
     for (int k = 0; k < 3; ++k)
       if ((kept >> k & 1u) != 0) store_lanes(arrays[k] + i, float_bits(a[k]));

@@ -33,7 +33,7 @@ KOPT_LOOP_FUNCTION void fused_host_loop(
   if constexpr (fused_lanes_form<Policy, V, ParamT, GradT, F>) {
 #ifdef KOPT_HAVE_VECTOR_EXTENSIONS
     i = fused_lanes<Policy, V, ParamT, GradT, F, PrefetchState>(begin, end, param, grad, master, s0,
-                                                                s1, s2, s);
+                                                                s1, s2, s, r);
 #endif
   }
 #ifdef KOPT_HAVE_F16C

@@ -1,8 +1,8 @@
 #pragma once
 /// \file
 /// paired_host_loop's vector loop (kopt/impl/paired_loop.hpp) where the policy gives
-/// update_with (Adam) and the param is kept through a remainder or rounded to nearest: the
-/// 18- and 14-byte AdamW steps. Each element gets exactly fused_element's bits.
+/// update_with (Adam): the 18- and 14-byte AdamW steps (the param kept through a remainder,
+/// or rounded to nearest or stochastically). Each element gets exactly fused_element's bits.
 ///
 /// Written in lane vectors (kopt/impl/lanes.hpp) instead of left to the auto-vectorizer, so
 /// that it can branch per vector: each vector of pairs runs the update unguarded, and only a
@@ -20,6 +20,7 @@
 #include <kopt/impl/element_update.hpp>
 #include <kopt/impl/lanes.hpp>
 #include <kopt/impl/param_remainder.hpp>
+#include <kopt/impl/stochastic_rounding.hpp>
 #include <type_traits>
 
 namespace kopt::Impl {
@@ -31,13 +32,11 @@ inline constexpr bool has_update_with = requires(float x, std::uint32_t& flag,
   Policy::template update_with<V>(x, x, x, x, x, s, FlagOverflow<std::uint32_t>{flag});
 };
 
-/// Whether paired_host_loop runs paired_lanes for a paired form (stochastic rounding's
-/// per-element random bits stay in the scalar loop).
+/// Whether paired_host_loop runs paired_lanes for a paired form.
 template <class Policy, int V, class F>
 inline constexpr bool lanes_form =
 #ifdef KOPT_HAVE_VECTOR_EXTENSIONS
-    has_update_with<Policy, V> && (std::is_same_v<typename F::MasterT, std::uint16_t> ||
-                                   std::is_same_v<typename F::MasterT, RoundToNearest>);
+    has_update_with<Policy, V>;
 #else
     false;
 #endif
@@ -50,6 +49,22 @@ KOKKOS_FORCEINLINE_FUNCTION LaneF odd_floats(LaneU w) { return bits_float(w & 0x
 /// Pair words from the even and odd elements' 16-bit results (each in its lane's low half,
 /// the high half zero, as the rounding functions leave it).
 KOKKOS_FORCEINLINE_FUNCTION LaneU pair_words(LaneU even, LaneU odd) { return even | odd << 16; }
+
+/// stochastic_bf16_bits of lanes `x` (float bits) with the random bits of elements
+/// r.first + i + stride * l + offset, l the lane: their global indices split into 32-bit
+/// halves, the high one carried where a low one wrapped.
+KOKKOS_FORCEINLINE_FUNCTION LaneU stochastic_lanes(LaneU x, const ChunkRounding& r, std::int64_t i,
+                                                   std::uint32_t stride, std::uint32_t offset) {
+  const auto base = static_cast<std::uint64_t>(r.first + i);
+  const LaneU base_low = LaneU{} + static_cast<std::uint32_t>(base);
+  const LaneU base_high = LaneU{} + static_cast<std::uint32_t>(base >> 32);
+  LaneU lane_offset;
+  for (int l = 0; l < lane_count; ++l)
+    lane_offset[l] = stride * static_cast<std::uint32_t>(l) + offset;
+  const LaneU low = base_low + lane_offset;
+  const LaneU high = low < base_low ? LaneU(base_high + 1u) : base_high;
+  return stochastic_bf16_bits(x, rounding_hash(r.key, low, high));
+}
 
 /// The pair words of bf16_nearest_bits of the even and the odd elements' floats.
 KOKKOS_FORCEINLINE_FUNCTION LaneU bf16_nearest_pairs(LaneF even, LaneF odd) {
@@ -86,7 +101,7 @@ KOPT_LOOP_FUNCTION std::int64_t paired_lanes(
     std::int64_t begin, std::int64_t end, bfloat16* KOPT_RESTRICT param,
     const bfloat16* KOPT_RESTRICT grad, typename F::MasterT* KOPT_RESTRICT master,
     typename F::StateT* KOPT_RESTRICT s0, typename F::StateT* KOPT_RESTRICT s1,
-    typename F::StateT* KOPT_RESTRICT s2, const typename Policy::Scalars s) {
+    typename F::StateT* KOPT_RESTRICT s2, const typename Policy::Scalars s, const ChunkRounding r) {
   constexpr unsigned kept = Policy::arrays_of(V);
   constexpr bool remainder = std::is_same_v<typename F::MasterT, std::uint16_t>;
   constexpr std::int64_t step = 2 * lane_count;
@@ -128,8 +143,11 @@ KOPT_LOOP_FUNCTION std::int64_t paired_lanes(
       const LaneU x0 = float_bits(out[0]), x1 = float_bits(out[1]);
       store_lanes(param + i, pair_words(split_param_bits(x0), split_param_bits(x1)));
       store_lanes(master + i, pair_words(x0 & 0xffffu, x1 & 0xffffu));
-    } else {
+    } else if constexpr (std::is_same_v<typename F::MasterT, RoundToNearest>) {
       store_lanes(param + i, bf16_nearest_pairs(out[0], out[1]));
+    } else {
+      store_lanes(param + i, pair_words(stochastic_lanes(float_bits(out[0]), r, i, 2, 0),
+                                        stochastic_lanes(float_bits(out[1]), r, i, 2, 1)));
     }
     for (int k = 0; k < 3; ++k) {
       if ((kept >> k & 1u) == 0) continue;

@@ -13,8 +13,8 @@
 ///   unguarded first, from a snapshot of what the strip will overwrite, and runs again with
 ///   the guards only where an interpolation overflowed (never, in training that is not
 ///   already diverging). The guards' fallbacks were a fifth of the work of every element.
-/// - Where the host has vector extensions, Adam's remainder and to-nearest forms run
-///   paired_lanes instead (kopt/impl/paired_lanes.hpp): the same, per vector, without the
+/// - Where the host has vector extensions, Adam's forms run paired_lanes instead
+/// (kopt/impl/paired_lanes.hpp): the same, per vector, without the
 ///   snapshot.
 
 #include <bit>
@@ -158,7 +158,7 @@ KOPT_LOOP_FUNCTION void paired_host_loop(
   std::int64_t i = begin;
   if constexpr (lanes_form<Policy, V, F>) {
 #ifdef KOPT_HAVE_VECTOR_EXTENSIONS
-    i = paired_lanes<Policy, V, F>(begin, end, param, grad, master, s0, s1, s2, s);
+    i = paired_lanes<Policy, V, F>(begin, end, param, grad, master, s0, s1, s2, s, r);
 #endif
   }
   for (; !lanes_form<Policy, V, F> && i + paired_strip <= end; i += paired_strip) {

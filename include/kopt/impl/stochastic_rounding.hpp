@@ -42,12 +42,12 @@ KOKKOS_FORCEINLINE_FUNCTION RoundingKey rounding_key(std::uint64_t stream, std::
   return RoundingKey{static_cast<std::uint32_t>(k), static_cast<std::uint32_t>(k >> 32)};
 }
 
-/// 16 random bits for global element `index` (Chris Wellons' "lowbias32" on the key and
-/// index; its high half, the better mixed).
-KOKKOS_FORCEINLINE_FUNCTION std::uint32_t rounding_bits(RoundingKey key, std::int64_t index) {
-  const auto i = static_cast<std::uint64_t>(index);
-  std::uint32_t x = key.low ^ (static_cast<std::uint32_t>(i) * 0x9e3779b9u) ^
-                    (static_cast<std::uint32_t>(i >> 32) + key.high) * 0x85ebca6bu;
+/// 16 random bits for the global element whose index has low and high 32 bits `low`, `high`
+/// (Chris Wellons' "lowbias32" on the key and index; its high half, the better mixed): for
+/// std::uint32_t, and lane by lane for kopt/impl/lanes.hpp's vectors of them.
+template <class U>
+KOKKOS_FORCEINLINE_FUNCTION U rounding_hash(RoundingKey key, U low, U high) {
+  U x = key.low ^ (low * 0x9e3779b9u) ^ (high + key.high) * 0x85ebca6bu;
   x ^= x >> 16;
   x *= 0x7feb352du;
   x ^= x >> 15;
@@ -56,15 +56,25 @@ KOKKOS_FORCEINLINE_FUNCTION std::uint32_t rounding_bits(RoundingKey key, std::in
   return x >> 16;
 }
 
+/// 16 random bits for global element `index`.
+KOKKOS_FORCEINLINE_FUNCTION std::uint32_t rounding_bits(RoundingKey key, std::int64_t index) {
+  const auto i = static_cast<std::uint64_t>(index);
+  return rounding_hash(key, static_cast<std::uint32_t>(i), static_cast<std::uint32_t>(i >> 32));
+}
+
 /// `value` rounded to a bf16 neighbour: up (in magnitude) when its low 16 bits plus `bits`
 /// (uniform in [0, 65536)) carry, i.e. with probability low / 65536, so the expected result
 /// is `value` exactly. Infinities stay; NaN becomes quiet NaN as bfloat16::from_float does;
 /// a value above the largest finite bf16 may round to Inf, as it may to nearest.
+/// On the float's bits `x`, in the low half (std::uint32_t, or lane vectors of them).
+template <class U>
+KOKKOS_FORCEINLINE_FUNCTION U stochastic_bf16_bits(U x, U bits) {
+  const auto nan = (x & 0x7fffffffu) > 0x7f800000u;
+  const U rounded = (x + bits) >> 16;
+  return nan ? U((x >> 16) | 0x0040u) : rounded;
+}
 KOKKOS_FORCEINLINE_FUNCTION bfloat16 round_stochastic(float value, std::uint32_t bits) {
-  const std::uint32_t x = float_bits(value);
-  const bool nan = (x & 0x7fffffffu) > 0x7f800000u;
-  const std::uint32_t rounded = (x + bits) >> 16;
-  return bfloat16{static_cast<std::uint16_t>(nan ? ((x >> 16) | 0x0040u) : rounded)};
+  return bfloat16{static_cast<std::uint16_t>(stochastic_bf16_bits(float_bits(value), bits))};
 }
 
 }  // namespace kopt::Impl
