@@ -14,8 +14,7 @@
 ///   the guards only where an interpolation overflowed (never, in training that is not
 ///   already diverging). The guards' fallbacks were a fifth of the work of every element.
 /// - Where the host has vector extensions, Adam's forms run paired_lanes instead
-/// (kopt/impl/paired_lanes.hpp): the same, per vector, without the
-///   snapshot.
+///   (kopt/impl/paired_lanes.hpp): the same, per vector, without the snapshot.
 
 #include <bit>
 #include <cstdint>
