@@ -24,14 +24,6 @@ namespace {
 using namespace kopt;
 using namespace kopt::Impl;
 
-template <class T>
-T stored(float x) {
-  if constexpr (std::is_same_v<T, float>)
-    return x;
-  else
-    return bfloat16::from_float(x);
-}
-
 // Every stream of one chunk, as the loop sees it.
 template <class ParamT, class GradT, class MasterT>
 struct Streams {
@@ -68,10 +60,10 @@ Streams<ParamT, GradT, MasterT> random_streams(std::int64_t n, unsigned seed) {
       s.param.push_back(split_param(w));
       s.master.push_back(split_remainder(w));
     } else {
-      s.param.push_back(stored<ParamT>(w));
+      s.param.push_back(from_float<ParamT>(w));
       if constexpr (has_master) s.master.push_back(w);
     }
-    s.grad.push_back(stored<GradT>(g));
+    s.grad.push_back(from_float<GradT>(g));
     s.s0.push_back(m);
     s.s1.push_back(v);
     s.s2.push_back(v * 1.5f);

@@ -92,15 +92,13 @@ KOPT_LOOP_FUNCTION std::int64_t fused_lanes(
       prefetch_update<Policy, V, PrefetchState>(i, param, grad, master, s0, s1, s2);
     // The vector's update under `guard`, from memory (read again for a rerun).
     const auto update = [&](const auto& guard, LaneF(&a)[3], LaneF& out) {
-      LaneF w;  // the masters (or the params)
-      if constexpr (f32_param || !std::is_same_v<MasterT, float>) {
-        if constexpr (!f32_param && std::is_same_v<MasterT, std::uint16_t>)
-          w = bits_float(join_master_bits(load_halves(param + i), load_halves(master + i)));
-        else
-          w = load_floats(param + i);
-      } else {
+      LaneF w;  // the masters: an fp32 copy, joined from a remainder, or the params
+      if constexpr (!f32_param && std::is_same_v<MasterT, float>)
         w = load_floats(master + i);
-      }
+      else if constexpr (!f32_param && std::is_same_v<MasterT, std::uint16_t>)
+        w = bits_float(join_master_bits(load_halves(param + i), load_halves(master + i)));
+      else
+        w = load_floats(param + i);
       for (int k = 0; k < 3; ++k)
         a[k] = (kept >> k & 1u) != 0 ? load_floats(arrays[k] + i) : LaneF{};
       out = Policy::template update_with<V>(w, load_floats(grad + i), a[0], a[1], a[2], s, guard);

@@ -46,8 +46,8 @@ inline constexpr bool lanes_form =
 KOKKOS_FORCEINLINE_FUNCTION LaneF even_floats(LaneU w) { return bits_float(w << 16); }
 KOKKOS_FORCEINLINE_FUNCTION LaneF odd_floats(LaneU w) { return bits_float(w & 0xffff0000u); }
 
-/// Pair words from the even and odd elements' 16-bit results (each in its lane's low half,
-/// the high half zero, as the rounding functions leave it).
+/// Pair words from the even and odd elements' 16-bit results, each in its lane's low half (the
+/// even one's high half zero, as the rounding functions leave it; the odd one's is shifted out).
 KOKKOS_FORCEINLINE_FUNCTION LaneU pair_words(LaneU even, LaneU odd) { return even | odd << 16; }
 
 /// stochastic_bf16_bits of lanes `x` (float bits) with the random bits of elements
@@ -142,7 +142,7 @@ KOPT_LOOP_FUNCTION std::int64_t paired_lanes(
     if constexpr (remainder) {
       const LaneU x0 = float_bits(out[0]), x1 = float_bits(out[1]);
       store_lanes(param + i, pair_words(split_param_bits(x0), split_param_bits(x1)));
-      store_lanes(master + i, pair_words(x0 & 0xffffu, x1 & 0xffffu));
+      store_lanes(master + i, pair_words(x0 & 0xffffu, x1));
     } else if constexpr (std::is_same_v<typename F::MasterT, RoundToNearest>) {
       store_lanes(param + i, bf16_nearest_pairs(out[0], out[1]));
     } else {
