@@ -11,6 +11,7 @@
 #include <kopt/impl/element_update.hpp>
 #include <kopt/impl/f16_blocks.hpp>
 #include <kopt/impl/fused_lanes.hpp>
+#include <kopt/impl/narrow_lanes.hpp>
 #include <kopt/impl/narrow_state.hpp>
 #include <type_traits>
 
@@ -32,8 +33,8 @@ KOPT_LOOP_FUNCTION void fused_host_loop(
   std::int64_t i = begin;
   if constexpr (fused_lanes_form<Policy, V, ParamT, GradT, F>) {
 #ifdef KOPT_HAVE_VECTOR_EXTENSIONS
-    i = fused_lanes<Policy, V, ParamT, GradT, F, PrefetchState>(begin, end, param, grad, master, s0,
-                                                                s1, s2, s, r);
+    i = fused_lanes<Policy, V, ParamT, GradT, F, PrefetchState>(begin, end, param, grad, master,
+                                                                Fp32Arrays{{s0, s1, s2}}, s, r);
 #endif
   }
 #ifdef KOPT_HAVE_F16C
@@ -96,8 +97,19 @@ KOPT_LOOP_FUNCTION void narrow_host_loop(std::int64_t begin, std::int64_t end,
   constexpr bool stored = std::is_same_v<MasterT, float> || std::is_same_v<MasterT, std::uint16_t>;
   constexpr unsigned kept = Policy::arrays_of(V);
   constexpr std::int64_t ahead = update_prefetch_elements;
+  std::int64_t i = begin;
+  if constexpr (fused_lanes_form<Policy, V, ParamT, GradT, Wide>) {
+#ifdef KOPT_HAVE_VECTOR_EXTENSIONS
+    // Each array read and written in its own dtype; q8 blocks take the staging below.
+    bool q8 = false;
+    for (int k = 0; k < 3; ++k) q8 |= (kept >> k & 1u) != 0 && d.of[k] == DType::q8;
+    if (!q8)
+      i = fused_lanes<Policy, V, ParamT, GradT, Wide, true>(begin, end, param, grad, master,
+                                                            NarrowArrays{{s0, s1, s2}, d}, s, r);
+#endif
+  }
   float b0[narrow_stage], b1[narrow_stage], b2[narrow_stage];
-  for (std::int64_t i = begin; i < end; i += narrow_stage) {
+  for (; i < end; i += narrow_stage) {
     const int n = static_cast<int>(end - i < narrow_stage ? end - i : narrow_stage);
     float* t0 = (kept & 1u) ? stage_in(d.of[0], s0, i, n, b0, ahead, d.root(0)) : b0;
     float* t1 = (kept & 2u) ? stage_in(d.of[1], s1, i, n, b1, ahead, d.root(1)) : b1;

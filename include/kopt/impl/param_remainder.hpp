@@ -33,19 +33,22 @@ struct SplitMaster {
 /// vector of them): rounded to nearest, ties toward the truncation.
 template <class U>
 KOKKOS_FORCEINLINE_FUNCTION U split_param_bits(U x) {
-  const U high = x >> 16;
   const auto nan = (x & 0x7fffffffu) > 0x7f800000u;
-  // Rounding up from the largest finite magnitude gives Inf, as round-to-nearest-even does;
-  // a NaN never rounds (0x7fff + 1 would carry into the sign).
-  const U rounded = (x & 0xffffu) > 0x8000u ? U(high + 1u) : high;
-  return nan ? U(high | 0x0040u) : rounded;
+  // Up exactly where the low half exceeds 0x8000: adding 0x7fff carries into the high half
+  // then (an add where a compare and a select were). Rounding up from the largest finite
+  // magnitude gives Inf, as round-to-nearest-even does; a NaN never rounds (it could carry
+  // into the sign) and is quieted instead.
+  return (nan ? U(x | 0x00400000u) : U(x + 0x7fffu)) >> 16;
 }
 
 /// The master's bits from a param's bits `p` and a remainder `r` (each in the low half).
 template <class U>
 KOKKOS_FORCEINLINE_FUNCTION U join_master_bits(U p, U r) {
-  const auto down = (r > 0x8000u) & ((p & 0x7fffu) <= 0x7f80u);  // rounded up, not NaN
-  return (down ? U(p - 1u) : p) << 16 | r;
+  // Rounded up (r > 0x8000) and not NaN ((p & 0x7fff) <= 0x7f80): each test is bit 16 of a
+  // difference that wraps below zero where it fails, so the step down (0x10000) takes no
+  // compare and no select.
+  const U up = U(0x8000u - r), nan = U(0x7f80u - (p & 0x7fffu));
+  return U(p << 16 | r) - (up & ~nan & 0x10000u);
 }
 
 /// The param of `master`: rounded to nearest, ties toward the truncation.
