@@ -55,15 +55,21 @@ KOKKOS_FORCEINLINE_FUNCTION LaneU pair_words(LaneU even, LaneU odd) { return eve
 /// halves, the high one carried where a low one wrapped.
 KOKKOS_FORCEINLINE_FUNCTION LaneU stochastic_lanes(LaneU x, const ChunkRounding& r, std::int64_t i,
                                                    std::uint32_t stride, std::uint32_t offset) {
+  // rounding_hash's sum, with its products taken once per vector (mod 2^32, the same bits):
+  // low * factor is the vector's base times it plus each lane's offset times it, and the
+  // high word's term takes one of two values, by whether the lane's low word wrapped.
   const auto base = static_cast<std::uint64_t>(r.first + i);
-  const LaneU base_low = LaneU{} + static_cast<std::uint32_t>(base);
-  const LaneU base_high = LaneU{} + static_cast<std::uint32_t>(base >> 32);
+  const auto base_low = static_cast<std::uint32_t>(base);
+  const auto base_high = static_cast<std::uint32_t>(base >> 32);
   LaneU lane_offset;
   for (int l = 0; l < lane_count; ++l)
     lane_offset[l] = stride * static_cast<std::uint32_t>(l) + offset;
   const LaneU low = base_low + lane_offset;
-  const LaneU high = low < base_low ? LaneU(base_high + 1u) : base_high;
-  return stochastic_bf16_bits(x, rounding_hash(r.key, low, high));
+  const std::uint32_t same = (base_high + r.key.high) * rounding_high_factor;
+  const std::uint32_t carried = (base_high + 1u + r.key.high) * rounding_high_factor;
+  const LaneU high_term = low < base_low ? LaneU{} + carried : LaneU{} + same;
+  const LaneU low_term = base_low * rounding_low_factor + lane_offset * rounding_low_factor;
+  return stochastic_bf16_bits(x, rounding_mix(LaneU(r.key.low ^ low_term ^ high_term)));
 }
 
 /// The pair words of bf16_nearest_bits of the even and the odd elements' floats.
