@@ -83,7 +83,8 @@ KOKKOS_FORCEINLINE_FUNCTION LaneU bf16_nearest_pairs(LaneF even, LaneF odd) {
   std::memcpy(&e, &even, sizeof e);
   std::memcpy(&o, &odd, sizeof o);
   constexpr int subnormal = 0x20;
-  if ((_mm512_fpclass_ps_mask(e, subnormal) | _mm512_fpclass_ps_mask(o, subnormal)) == 0) {
+  if (_kortestz_mask16_u8(_mm512_fpclass_ps_mask(e, subnormal),
+                          _mm512_fpclass_ps_mask(o, subnormal))) {
     const __m512bh halves = _mm512_cvtne2ps_pbh(o, e);  // the even elements', then the odd
     __m512i h;
     std::memcpy(&h, &halves, sizeof h);
