@@ -19,6 +19,8 @@
 #include <type_traits>
 #include <vector>
 
+#include "lane_inputs.hpp"
+
 namespace {
 
 using namespace kopt;
@@ -44,29 +46,15 @@ struct Streams {
 
 template <class ParamT, class GradT, class MasterT>
 Streams<ParamT, GradT, MasterT> random_streams(std::int64_t n, unsigned seed) {
-  constexpr bool has_master =
-      std::is_same_v<MasterT, float> || std::is_same_v<MasterT, std::uint16_t>;
   std::mt19937 rng(seed);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
   Streams<ParamT, GradT, MasterT> s;
   for (std::int64_t i = 0; i < n; ++i) {
-    float w = normal(rng), g = normal(rng) * 1e-2f, m = normal(rng) * 1e-3f;
-    float v = std::abs(normal(rng)) * 1e-5f;
-    if (i % 89 == 7) w = 1.5e-39f * static_cast<float>(i % 5 + 1), g = m = v = 0.0f;
-    if (i % 211 == 100) g = 1e20f;
-    if (i % 401 == 200) g = -std::numeric_limits<float>::infinity();
-    if (i % 499 == 300) g = std::numeric_limits<float>::quiet_NaN();
-    if constexpr (std::is_same_v<MasterT, std::uint16_t>) {
-      s.param.push_back(split_param(w));
-      s.master.push_back(split_remainder(w));
-    } else {
-      s.param.push_back(from_float<ParamT>(w));
-      if constexpr (has_master) s.master.push_back(w);
-    }
-    s.grad.push_back(from_float<GradT>(g));
-    s.s0.push_back(m);
-    s.s1.push_back(v);
-    s.s2.push_back(v * 1.5f);
+    const kopt_test::LaneElement e = kopt_test::lane_element(i, rng);
+    kopt_test::push_master(s.param, s.master, e.w);
+    s.grad.push_back(from_float<GradT>(e.g));
+    s.s0.push_back(e.m);
+    s.s1.push_back(e.v);
+    s.s2.push_back(e.v * 1.5f);
   }
   return s;
 }
@@ -116,13 +104,10 @@ void expect_loop_like_elements(const AdamConfig& config) {
   });
 }
 
-const AdamConfig adamw{.lr = 1e-3, .weight_decay = 0.01};
-const AdamConfig amsgrad_l2{.lr = 1e-3, .weight_decay = 0.01, .decoupled = false, .amsgrad = true};
-
 template <class ParamT, class GradT, class MasterT>
 void expect_both_configs() {
-  expect_loop_like_elements<ParamT, GradT, MasterT>(adamw);
-  expect_loop_like_elements<ParamT, GradT, MasterT>(amsgrad_l2);
+  expect_loop_like_elements<ParamT, GradT, MasterT>(kopt_test::lane_adamw);
+  expect_loop_like_elements<ParamT, GradT, MasterT>(kopt_test::lane_amsgrad_l2);
 }
 
 TEST(FusedLanes, Fp32ParamsMatchTheElementUpdateBitwise) {

@@ -41,7 +41,8 @@ KOKKOS_FORCEINLINE_FUNCTION U split_param_bits(U x) {
   return (nan ? U(x | 0x00400000u) : U(x + 0x7fffu)) >> 16;
 }
 
-/// The master's bits from a param's bits `p` and a remainder `r` (each in the low half).
+/// The master's bits from a param's bits `p` and a remainder `r` (each in the low half, the
+/// high half zero).
 template <class U>
 KOKKOS_FORCEINLINE_FUNCTION U join_master_bits(U p, U r) {
   // Rounded up (r > 0x8000) and not NaN ((p & 0x7fff) <= 0x7f80): each test is bit 16 of a

@@ -42,12 +42,9 @@ KOKKOS_FORCEINLINE_FUNCTION RoundingKey rounding_key(std::uint64_t stream, std::
   return RoundingKey{static_cast<std::uint32_t>(k), static_cast<std::uint32_t>(k >> 32)};
 }
 
-/// 16 random bits for the global element whose index has low and high 32 bits `low`, `high`
-/// (Chris Wellons' "lowbias32" on the key and index; its high half, the better mixed): for
-/// std::uint32_t, and lane by lane for kopt/impl/lanes.hpp's vectors of them.
-/// The index's two words enter as key.low ^ low * rounding_low_factor ^ (high + key.high) *
-/// rounding_high_factor, then rounding_mix: the host lanes form that sum from one product per
-/// vector instead of two per lane (kopt/impl/paired_lanes.hpp's stochastic_lanes).
+/// rounding_hash's factors of an index's two words, and its finalizer (rounding_mix) of
+/// their sum: apart, so that the host lanes form the sum from one product per vector instead
+/// of two per lane (kopt/impl/paired_lanes.hpp's stochastic_lanes).
 inline constexpr std::uint32_t rounding_low_factor = 0x9e3779b9u;
 inline constexpr std::uint32_t rounding_high_factor = 0x85ebca6bu;
 
@@ -61,10 +58,13 @@ KOKKOS_FORCEINLINE_FUNCTION U rounding_mix(U x) {
   return x >> 16;
 }
 
+/// 16 random bits for the global element whose index has low and high 32 bits `low`, `high`
+/// (Chris Wellons' "lowbias32" on the key and index; its high half, the better mixed): for
+/// std::uint32_t, and lane by lane for kopt/impl/lanes.hpp's vectors of them.
 template <class U>
 KOKKOS_FORCEINLINE_FUNCTION U rounding_hash(RoundingKey key, U low, U high) {
-  return rounding_mix(U(key.low ^ (low * rounding_low_factor) ^
-                        (high + key.high) * rounding_high_factor));
+  return rounding_mix(
+      U(key.low ^ (low * rounding_low_factor) ^ (high + key.high) * rounding_high_factor));
 }
 
 /// 16 random bits for global element `index`.
