@@ -6,11 +6,12 @@
 /// R_i / max(mean R, eps1) into the param's scratch, and ||u||^2 of its direction
 /// u = g / sqrt(max(V, eps1^2)) (factored_u, which the update kernel recomputes: nothing per
 /// element is stored between the passes). Every sum is in double in one fixed order (a row
-/// or a block in lanes, kopt/impl/lane_sums.hpp; a column in row order, on the host per
-/// block of rows and the blocks in order; the rows and blocks added in order on the host),
-/// so the result is the same bits on every thread count (not between host and device
-/// spaces, whose column orders differ). On the host a 16-bit grad is widened a strip at a
-/// time before the statistics' and the norm's sums (the same bits).
+/// or a block in lanes, kopt/impl/lane_sums.hpp; a column per block of rows, the blocks in
+/// order; the rows and blocks added in order on the host), so the result is the same bits on
+/// every thread count and on host and device spaces (whose passes differ: one read of a
+/// matrix for its row and column sums on the host, a thread per block of rows; on devices
+/// two, with many more threads, kopt/impl/item_lanes.hpp). On the host a 16-bit grad is
+/// widened a strip at a time before the statistics' and the norm's sums (the same bits).
 
 #include <Kokkos_Core.hpp>
 #include <algorithm>
@@ -19,6 +20,7 @@
 #include <kopt/adafactor_config.hpp>
 #include <kopt/compat.hpp>
 #include <kopt/dtype.hpp>
+#include <kopt/impl/item_lanes.hpp>
 #include <kopt/impl/lane_sums.hpp>
 #include <kopt/storage_types.hpp>
 #include <kopt/tensor.hpp>
@@ -55,7 +57,8 @@ struct FactoredWork {
   using Device = Kokkos::Device<ExecSpace, typename ExecSpace::memory_space>;
   Kokkos::View<double*, Device> sums;
   typename Kokkos::View<double*, Device>::HostMirror sums_host;
-  Kokkos::View<double*, Device> column_parts;  ///< host: per row block, its column sums
+  Kokkos::View<double*, Device> column_parts;  ///< per row block, its column sums
+  Kokkos::View<double*, Device> lane_parts;    ///< devices: per row or block, its lanes' sums
 
   /// Grows the scratch to fit `p`. All or nothing.
   void reserve(const std::string& label, const Tensor& p) {
@@ -63,11 +66,12 @@ struct FactoredWork {
     const std::int64_t blocks = (p.numel + factored_vector_block - 1) / factored_vector_block;
     const std::int64_t n = p.is_matrix() ? std::max({p.rows, p.cols, blocks}) : blocks;
     std::int64_t parts = 0;
-    if (runs_on_host<ExecSpace> && p.is_matrix())
+    if (p.is_matrix())
       parts = (p.rows + factored_row_block(p.rows) - 1) / factored_row_block(p.rows) * p.cols;
     auto s = sums;
     auto h = sums_host;
     auto c = column_parts;
+    auto l = lane_parts;
     if (s.extent(0) < static_cast<std::size_t>(n)) {
       s = decltype(s)(Kokkos::view_alloc(Kokkos::WithoutInitializing, label + "::factored_sums"),
                       static_cast<std::size_t>(n));
@@ -76,7 +80,10 @@ struct FactoredWork {
     if (c.extent(0) < static_cast<std::size_t>(parts))
       c = decltype(c)(Kokkos::view_alloc(Kokkos::WithoutInitializing, label + "::column_parts"),
                       static_cast<std::size_t>(parts));
-    sums = s, sums_host = h, column_parts = c;
+    if (l.extent(0) < static_cast<std::size_t>(n * sum_lanes))
+      l = decltype(l)(Kokkos::view_alloc(Kokkos::WithoutInitializing, label + "::lane_parts"),
+                      static_cast<std::size_t>(n * sum_lanes));
+    sums = s, sums_host = h, column_parts = c, lane_parts = l;
   }
 
   /// sums(0) + ... + sums(n - 1), added in order on the host, once the passes that wrote
@@ -121,40 +128,45 @@ KOKKOS_FORCEINLINE_FUNCTION float lerp_to(float r, double sum, std::int64_t coun
   return r + beta * (static_cast<float>(sum / static_cast<double>(count)) - r);
 }
 
-/// Devices, a thread per row i: R_i <- lerp to mean_j g_ij^2; sums(i) = the new R_i.
+/// Devices (item_square_sums): row i's scaled grads; R_i <- lerp to the mean of their
+/// squares, sums(i) = the new R_i.
 template <class GradT>
-struct FactorRows {
+struct RowItems {
   const GradT* g;
   float scale;
   float* row_var;
   double* sums;
   std::int64_t cols;
   float beta;
-  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t i) const {
-    const GradT* row = g + i * cols;
-    const double s =
-        lane_square_sum(cols, [&](std::int64_t j) { return to_float(row[j]) * scale; });
+  KOKKOS_FORCEINLINE_FUNCTION std::int64_t length(std::int64_t) const { return cols; }
+  KOKKOS_FORCEINLINE_FUNCTION float value(std::int64_t i, std::int64_t j) const {
+    return to_float(g[i * cols + j]) * scale;
+  }
+  KOKKOS_FORCEINLINE_FUNCTION void finish(std::int64_t i, double s) const {
     row_var[i] = lerp_to(row_var[i], s, cols, beta);
     sums[i] = row_var[i];
   }
 };
 
-/// Devices, a thread per column j: C_j <- lerp to mean_i g_ij^2, summed in row order (a warp
-/// reads a row's neighbouring elements together).
+/// Devices (column_square_sums): element (i, j)'s scaled grad squared, in double.
 template <class GradT>
-struct FactorColumns {
+struct GradSquares {
   const GradT* g;
   float scale;
+  std::int64_t cols;
+  KOKKOS_FORCEINLINE_FUNCTION double operator()(std::int64_t i, std::int64_t j) const {
+    const double v = to_float(g[i * cols + j]) * scale;
+    return v * v;
+  }
+};
+
+/// Column j's statistic from its sum of squares s: C_j <- lerp to s / rows, its factor.
+struct ColumnFinish {
   float* col_var;
   float* col_factor;
-  std::int64_t rows, cols;
+  std::int64_t rows;
   float beta;
-  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t j) const {
-    double s = 0.0;
-    for (std::int64_t i = 0; i < rows; ++i) {
-      const double v = to_float(g[i * cols + j]) * scale;
-      s += v * v;
-    }
+  KOKKOS_FORCEINLINE_FUNCTION void operator()(std::int64_t j, double s) const {
     col_var[j] = lerp_to(col_var[j], s, rows, beta);
     col_factor[j] = inverse_root(col_var[j]);
   }
@@ -278,10 +290,8 @@ struct FactorColumnParts {
       const double* part = parts + rb * cols + j0;
       for (std::int64_t k = 0; k < n; ++k) s[k] += part[k];
     }
-    for (std::int64_t k = 0; k < n; ++k) {
-      col_var[j0 + k] = lerp_to(col_var[j0 + k], s[k], rows, beta);
-      col_factor[j0 + k] = inverse_root(col_var[j0 + k]);
-    }
+    for (std::int64_t k = 0; k < n; ++k)
+      ColumnFinish{col_var, col_factor, rows, beta}(j0 + k, s[k]);
   }
 };
 
@@ -336,10 +346,29 @@ struct FactoredNorm {
   }
 };
 
-/// Block b of a vector: V_i <- V_i + b (g_i^2 - V_i), its factor 1 / sqrt(V_i); sums(b) =
-/// the sum of u_i^2 over the block (factored_u with a row factor of 1).
+/// Devices (item_square_sums): row i's u_ij (factored_u); sums(i) = the sum of their
+/// squares, as FactoredNorm's.
 template <class GradT>
-struct VectorStep {
+struct NormItems {
+  const GradT* g;
+  float scale;
+  const float* row_factor;
+  const float* col_factor;
+  double* sums;
+  std::int64_t cols;
+  float cap;
+  KOKKOS_FORCEINLINE_FUNCTION std::int64_t length(std::int64_t) const { return cols; }
+  KOKKOS_FORCEINLINE_FUNCTION float value(std::int64_t i, std::int64_t j) const {
+    return factored_u(to_float(g[i * cols + j]) * scale, row_factor[i], col_factor[j], cap);
+  }
+  KOKKOS_FORCEINLINE_FUNCTION void finish(std::int64_t i, double s) const { sums[i] = s; }
+};
+
+/// Block b of a vector (item_square_sums): element i's V_i <- V_i + b (g_i^2 - V_i), its
+/// factor 1 / sqrt(V_i), its u_i (factored_u with a row factor of 1); sums(b) = the sum of
+/// their squares.
+template <class GradT>
+struct VectorItems {
   const GradT* g;
   float scale;
   float* variance;
@@ -347,19 +376,19 @@ struct VectorStep {
   double* sums;
   std::int64_t numel;
   float beta, cap;
-  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t b) const {
+  KOKKOS_FORCEINLINE_FUNCTION std::int64_t length(std::int64_t b) const {
     const std::int64_t begin = b * factored_vector_block;
-    const std::int64_t n =
-        numel - begin < factored_vector_block ? numel - begin : factored_vector_block;
-    sums[b] = lane_square_sum(n, [&](std::int64_t k) {
-      const std::int64_t i = begin + k;
-      const float x = to_float(g[i]) * scale;
-      const float v = variance[i] + beta * (x * x - variance[i]);
-      variance[i] = v;
-      factor[i] = inverse_root(v);
-      return factored_u(x, 1.0f, factor[i], cap);
-    });
+    return numel - begin < factored_vector_block ? numel - begin : factored_vector_block;
   }
+  KOKKOS_FORCEINLINE_FUNCTION float value(std::int64_t b, std::int64_t k) const {
+    const std::int64_t i = b * factored_vector_block + k;
+    const float x = to_float(g[i]) * scale;
+    const float v = variance[i] + beta * (x * x - variance[i]);
+    variance[i] = v;
+    factor[i] = inverse_root(v);
+    return factored_u(x, 1.0f, factor[i], cap);
+  }
+  KOKKOS_FORCEINLINE_FUNCTION void finish(std::int64_t b, double s) const { sums[b] = s; }
 };
 
 /// factored_step for grads of type GradT.
@@ -374,8 +403,19 @@ double factored_step_of(const GradT* g, const Tensor& p, float* state, float* fa
     float* row_var = state;
     float* col_var = state + rows;
     float* col_factor = factors + rows;
-    if constexpr (runs_on_host<ExecSpace>) {
-      const std::int64_t block = factored_row_block(rows), blocks = (rows + block - 1) / block;
+    const std::int64_t block = factored_row_block(rows), blocks = (rows + block - 1) / block;
+    // Devices: the rows' and the columns' sums in two passes of their own, each in the
+    // host's order (kopt/impl/item_lanes.hpp), so the same bits.
+    const bool device = device_passes<ExecSpace>();
+    if (device) {
+      item_square_sums<ExecSpace>(
+          "kopt::adafactor::rows", rows,
+          RowItems<GradT>{g, scale, row_var, work.sums.data(), cols, k.beta},
+          work.lane_parts.data());
+      column_square_sums<ExecSpace>(
+          "kopt::adafactor::columns", rows, cols, block, GradSquares<GradT>{g, scale, cols},
+          ColumnFinish{col_var, col_factor, rows, k.beta}, work.column_parts.data());
+    } else {
       Kokkos::parallel_for(
           "kopt::adafactor::row_blocks", Range(0, blocks),
           FactorRowBlock<GradT>{g, scale, row_var, work.sums.data(), work.column_parts.data(), rows,
@@ -384,27 +424,30 @@ double factored_step_of(const GradT* g, const Tensor& p, float* state, float* fa
       Kokkos::parallel_for("kopt::adafactor::columns", Range(0, (cols + group - 1) / group),
                            FactorColumnParts{work.column_parts.data(), col_var, col_factor, rows,
                                              cols, blocks, k.beta});
-    } else {
-      Kokkos::parallel_for("kopt::adafactor::rows", Range(0, rows),
-                           FactorRows<GradT>{g, scale, row_var, work.sums.data(), cols, k.beta});
-      Kokkos::parallel_for("kopt::adafactor::columns", Range(0, cols),
-                           FactorColumns<GradT>{g, scale, col_var, col_factor, rows, cols, k.beta});
     }
     const double mean = work.sum_in_order(rows) / static_cast<double>(rows);
     const auto divisor = std::max(static_cast<float>(mean), k.eps1);
     Kokkos::parallel_for("kopt::adafactor::row_factors", Range(0, rows),
                          RowFactors{row_var, factors, divisor});
-    constexpr bool strips = runs_on_host<ExecSpace> && !std::is_same_v<GradT, float>;
-    Kokkos::parallel_for(
-        "kopt::adafactor::norm", Range(0, rows),
-        FactoredNorm<GradT, strips>{g, scale, factors, col_factor, work.sums.data(), cols, cap});
+    if (device) {
+      item_square_sums<ExecSpace>(
+          "kopt::adafactor::norm", rows,
+          NormItems<GradT>{g, scale, factors, col_factor, work.sums.data(), cols, cap},
+          work.lane_parts.data());
+    } else {
+      constexpr bool strips = !std::is_same_v<GradT, float>;
+      Kokkos::parallel_for(
+          "kopt::adafactor::norm", Range(0, rows),
+          FactoredNorm<GradT, strips>{g, scale, factors, col_factor, work.sums.data(), cols, cap});
+    }
     parts = rows;
   } else {
     Kokkos::parallel_for("kopt::adafactor::row_factor", Range(0, 1), UnitFactor{factors});
     parts = (p.numel + factored_vector_block - 1) / factored_vector_block;
-    Kokkos::parallel_for(
-        "kopt::adafactor::vector", Range(0, parts),
-        VectorStep<GradT>{g, scale, state, factors + 1, work.sums.data(), p.numel, k.beta, cap});
+    item_square_sums<ExecSpace>(
+        "kopt::adafactor::vector", parts,
+        VectorItems<GradT>{g, scale, state, factors + 1, work.sums.data(), p.numel, k.beta, cap},
+        work.lane_parts.data());
   }
   return work.sum_in_order(parts);
 }

@@ -21,6 +21,7 @@
 #include <kopt/impl/host_loops.hpp>
 #include <kopt/impl/paired_loop.hpp>
 #include <kopt/impl/param_remainder.hpp>
+#include <kopt/impl/team_paths.hpp>
 #include <kopt/state_storage.hpp>
 #include <kopt/storage_types.hpp>
 #include <kopt/tensor.hpp>
@@ -174,17 +175,23 @@ struct FusedUpdateFunctor {
     }
   }
 
-  /// Team scratch a launch needs: q8 arrays' new values of one block, until its scale is known.
-  static int team_scratch_bytes() {
+  /// Scratch a launch needs per team thread: q8 arrays' new values of one block, until its
+  /// scale is known (q8_blocks).
+  static int thread_scratch_bytes() {
     return Q8 ? static_cast<int>(max_state_arrays * q8_block * sizeof(float)) : 0;
   }
+  /// Vector lanes per team thread on devices: q8 launches give each block a warp.
+  static constexpr int vector_lanes = Q8 ? 32 : 1;
 
-  /// Device, with q8 arrays: the chunk a block at a time. Each thread updates its elements
-  /// (q8 ones decoded), stores 16-bit and f32 arrays at once and keeps q8 ones in team
-  /// scratch; then, per q8 array, the team finds the block's largest magnitude, encodes every
-  /// element against its scale, and one thread writes the scale. (A shared-memory atomic max
-  /// per element in place of the team's reduction was slower on an H200, 0.12 of the 14 B
-  /// ceiling against 0.14: a block's 256 threads contend for one word.)
+  /// Device, with q8 arrays: each team thread (a warp of vector lanes on a GPU; one thread
+  /// on a host) takes whole blocks of the chunk. Its lanes update their elements (q8 ones
+  /// decoded), store 16-bit and f32 arrays at once and keep q8 ones in the thread's scratch;
+  /// then, per q8 array, the lanes find the block's largest magnitude (a vector reduction:
+  /// shuffles, no barrier), encode their own elements against its scale, and one lane
+  /// writes the scale. Each lane reads back only what it wrote (the vector ranges map an
+  /// index to the same lane), so nothing waits for the others. A team per block, with a team
+  /// reduction and two barriers per block, ran at 0.14 of the q8 row's ceiling on an H200;
+  /// a shared-memory atomic max per element in place of the reduction, 0.12.
   template <class Member>
   KOKKOS_INLINE_FUNCTION void q8_blocks(const Member& team, const Chunk& chunk,
                                         const UpdateSlot& slot, ParamT* param, const GradT* grad,
@@ -192,10 +199,11 @@ struct FusedUpdateFunctor {
     constexpr unsigned kept = Policy::arrays_of(V);
     using Scratch = Kokkos::View<float*, typename ExecSpace::scratch_memory_space,
                                  Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
-    const Scratch held(team.team_scratch(0), max_state_arrays * q8_block);
-    for (std::int64_t b = chunk.begin; b < chunk.end; b += q8_block) {
+    const Scratch held(team.thread_scratch(0), max_state_arrays * q8_block);
+    const std::int64_t stride = static_cast<std::int64_t>(team.team_size()) * q8_block;
+    for (std::int64_t b = chunk.begin + team.team_rank() * q8_block; b < chunk.end; b += stride) {
       const int n = static_cast<int>(chunk.end - b < q8_block ? chunk.end - b : q8_block);
-      for (int j = team.team_rank(); j < n; j += team.team_size()) {
+      Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, n), [&](const int j) {
         const std::int64_t i = b + j;
         float a[max_state_arrays] = {};
         for (int k = 0; k < static_cast<int>(max_state_arrays); ++k)
@@ -209,13 +217,12 @@ struct FusedUpdateFunctor {
           else
             dtypes_.store(k, slot.state[k], i, a[k]);
         }
-      }
-      team.team_barrier();  // every old scale read, every new value held
+      });
       for (int k = 0; k < static_cast<int>(max_state_arrays); ++k) {
         if ((kept >> k & 1u) == 0 || dtypes_.of[k] != DType::q8) continue;
         std::uint32_t amax = 0;
         Kokkos::parallel_reduce(
-            Kokkos::TeamThreadRange(team, n),
+            Kokkos::ThreadVectorRange(team, n),
             [&](const int j, std::uint32_t& m) {
               const std::uint32_t a = float_bits(held(k * q8_block + j)) & 0x7fffffffu;
               m = a > m ? a : m;
@@ -225,14 +232,13 @@ struct FusedUpdateFunctor {
         const bool root = dtypes_.root(k);
         const float scale = root ? q8_scale<true>(amax) : q8_scale<false>(amax);
         const float inv = 1.0f / scale;
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n), [&](const int j) {
+        Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, n), [&](const int j) {
           const float x = held(k * q8_block + j);
           block[j] = root ? q8_encode<true>(x, inv) : q8_encode<false>(x, inv);
         });
-        Kokkos::single(Kokkos::PerTeam(team),
+        Kokkos::single(Kokkos::PerThread(team),
                        [&] { std::memcpy(block + q8_block, &scale, sizeof scale); });
       }
-      team.team_barrier();  // the scratch is the next block's
     }
   }
 
@@ -285,24 +291,6 @@ struct FusedUpdateFunctor {
   }
 };
 
-/// Whether launch_chunks runs the device path (a league of teams) on host spaces too. Only
-/// the host path runs where there is no GPU, as in CI: tests switch this on (ScopedTeamPaths)
-/// to run every chunk kernel's team operator on Serial and OpenMP and compare it bitwise with
-/// the host path, so an indexing bug in device code fails on any machine. Off otherwise; one
-/// relaxed load per launch.
-inline std::atomic<bool>& host_team_paths() {
-  static std::atomic<bool> on{false};
-  return on;
-}
-/// Sets host_team_paths() for its lifetime (not nested, not concurrent with other launches'
-/// threads that must keep the host path).
-struct ScopedTeamPaths {
-  ScopedTeamPaths() { host_team_paths() = true; }
-  ~ScopedTeamPaths() { host_team_paths() = false; }
-  ScopedTeamPaths(const ScopedTeamPaths&) = delete;
-  ScopedTeamPaths& operator=(const ScopedTeamPaths&) = delete;
-};
-
 /// Launches `functor` over `num_chunks` chunks on `exec`: a range over chunks on the host,
 /// a league of teams on devices (and on the host under ScopedTeamPaths, with teams as large
 /// as the space allows up to device_team_size: OpenMP's threads, Serial's one). Every kopt
@@ -311,11 +299,14 @@ template <class ExecSpace, class Functor>
 void launch_chunks(const ExecSpace& exec, const std::string& label, std::int64_t num_chunks,
                    const Functor& functor) {
   if (num_chunks == 0) return;
-  // Team scratch, for kernels that ask for it (team_scratch_bytes).
+  // Scratch, for kernels that ask for it (team_scratch_bytes, thread_scratch_bytes).
   const auto with_scratch = [&](Kokkos::TeamPolicy<ExecSpace> policy) {
     if constexpr (requires { functor.team_scratch_bytes(); })
       if (functor.team_scratch_bytes() > 0)
         policy.set_scratch_size(0, Kokkos::PerTeam(functor.team_scratch_bytes()));
+    if constexpr (requires { functor.thread_scratch_bytes(); })
+      if (functor.thread_scratch_bytes() > 0)
+        policy.set_scratch_size(0, Kokkos::PerThread(functor.thread_scratch_bytes()));
     return policy;
   };
   if constexpr (runs_on_host<ExecSpace>) {
@@ -335,9 +326,16 @@ void launch_chunks(const ExecSpace& exec, const std::string& label, std::int64_t
                                              Kokkos::IndexType<std::int64_t>>(exec, 0, num_chunks),
                          functor);
   } else {
+    // Vector lanes per team thread on devices (vector_lanes; 1 where not given).
+    constexpr int lanes = [] {
+      if constexpr (requires { Functor::vector_lanes; })
+        return Functor::vector_lanes;
+      else
+        return 1;
+    }();
     Kokkos::parallel_for(label,
                          with_scratch(Kokkos::TeamPolicy<ExecSpace>(
-                             exec, static_cast<int>(num_chunks), device_team_size)),
+                             exec, static_cast<int>(num_chunks), device_team_size / lanes, lanes)),
                          functor);
   }
 }

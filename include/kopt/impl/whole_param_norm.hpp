@@ -3,8 +3,9 @@
 /// ||p||^2 of one whole param, its value as the update reads it (its fp32 master, the
 /// param joined with its remainder, or the param itself), for a tensor stage that needs it
 /// (Adafactor's relative step size): blocks of factored_vector_block elements, a thread
-/// each, summed in lanes (lane_square_sum) with the stream asked for ahead, the blocks added
-/// in order on the host. One read of the param at about a plain read's rate (1.0-1.2x on
+/// each on the host (a thread per block and lane on devices, kopt/impl/item_lanes.hpp),
+/// summed in lanes (lane_square_sum) with the stream asked for ahead, the blocks added in
+/// order on the host. One read of the param at about a plain read's rate (1.0-1.2x on
 /// a 2-core EPYC), the same bits on every thread count. (The tensor-sums measure pass, whose
 /// exact block sums keep a param cut by ZeRO the same bits, took twice that; these params
 /// are never cut.)
@@ -39,27 +40,31 @@ struct JoinedValues {
   KOKKOS_FORCEINLINE_FUNCTION const bfloat16* stream() const { return param; }
 };
 
-/// Block b: sums(b) = the sum of squares of its values.
+/// Block b of the values (item_square_sums): sums(b) = the sum of their squares.
 template <class Values>
 struct SquareBlocks {
   Values values;
   double* sums;
   std::int64_t numel;
-  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t b) const {
+  KOKKOS_FORCEINLINE_FUNCTION std::int64_t length(std::int64_t b) const {
     const std::int64_t begin = b * factored_vector_block;
-    const std::int64_t n =
-        numel - begin < factored_vector_block ? numel - begin : factored_vector_block;
-    sums[b] = lane_square_sum(
-        n, [&](std::int64_t k) { return values(begin + k); }, values.stream() + begin);
+    return numel - begin < factored_vector_block ? numel - begin : factored_vector_block;
   }
+  KOKKOS_FORCEINLINE_FUNCTION float value(std::int64_t b, std::int64_t k) const {
+    return values(b * factored_vector_block + k);
+  }
+  KOKKOS_FORCEINLINE_FUNCTION auto stream(std::int64_t b) const {
+    return values.stream() + b * factored_vector_block;
+  }
+  KOKKOS_FORCEINLINE_FUNCTION void finish(std::int64_t b, double s) const { sums[b] = s; }
 };
 
 template <class ExecSpace, class Values>
 double square_sum_of(const Values& values, std::int64_t numel, FactoredWork<ExecSpace>& work) {
   const std::int64_t blocks = (numel + factored_vector_block - 1) / factored_vector_block;
-  Kokkos::parallel_for("kopt::adafactor::param_norm",
-                       Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>(0, blocks),
-                       SquareBlocks<Values>{values, work.sums.data(), numel});
+  item_square_sums<ExecSpace>("kopt::adafactor::param_norm", blocks,
+                              SquareBlocks<Values>{values, work.sums.data(), numel},
+                              work.lane_parts.data());
   return work.sum_in_order(blocks);
 }
 
