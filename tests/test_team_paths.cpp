@@ -37,12 +37,8 @@ Run train(bool teams, const std::vector<kopt::AlgorithmConfig>& configs,
   return {w.all_params(), saved_params(*w.opt)};
 }
 
-void expect_same_on_both_paths(const std::vector<kopt::AlgorithmConfig>& configs,
-                               const std::vector<ParamDef>& defs,
-                               const std::vector<bool>& host_state = {},
-                               const std::vector<kopt::StateStorage>& storage = {}) {
-  const Run range = train(false, configs, defs, host_state, storage);
-  const Run teams = train(true, configs, defs, host_state, storage);
+// The params and state of two runs of the same training, bitwise.
+void expect_same_runs(const Run& range, const Run& teams, const std::vector<ParamDef>& defs) {
   ASSERT_EQ(range.params.size(), teams.params.size());
   for (std::size_t j = 0; j < defs.size(); ++j) {
     std::size_t differ = 0;
@@ -54,6 +50,14 @@ void expect_same_on_both_paths(const std::vector<kopt::AlgorithmConfig>& configs
   }
   for (const auto& [name, s] : range.state)
     EXPECT_TRUE(s == teams.state.at(name)) << name << ": state differs between the paths";
+}
+
+void expect_same_on_both_paths(const std::vector<kopt::AlgorithmConfig>& configs,
+                               const std::vector<ParamDef>& defs,
+                               const std::vector<bool>& host_state = {},
+                               const std::vector<kopt::StateStorage>& storage = {}) {
+  expect_same_runs(train(false, configs, defs, host_state, storage),
+                   train(true, configs, defs, host_state, storage), defs);
 }
 
 // Every algorithm and variant (AdamW, Adam with amsgrad, SGD with Nesterov momentum and
@@ -153,6 +157,28 @@ TEST(TeamPaths, EveryStorageFormStepsBitwiseLikeTheHostPath) {
                                : DType::f16,
                       true, sizes[(k + g) % 3]});
   expect_same_on_both_paths(configs, defs, {}, storage);
+}
+
+// On a build with a device, the same training with every param in the device's memory and
+// in the host's: the device passes that sum in the host's order (LAMB's block sums in a
+// shuffle tree, Adafactor's statistics and norms, kopt/impl/item_lanes.hpp) and q8 blocks a
+// warp each give the host path's bits. Without a device both runs are the host's.
+TEST(TeamPaths, DeviceParamsStepBitwiseLikeHostParams) {
+  const std::vector<kopt::AlgorithmConfig> configs = {
+      kopt::LambConfig{.lr = 1e-2}, kopt::AdafactorConfig{.lr = 2e-2},
+      kopt::AdamConfig{.lr = 1e-2, .amsgrad = true}, kopt::AdamConfig{.lr = 1e-2}};
+  kopt::StateStorage q8_m{.master = MasterStorage::remainder, .arrays = DType::bf16};
+  q8_m.array_dtypes[0] = DType::q8;
+  const std::vector<kopt::StateStorage> storage = {{}, {}, {.arrays = DType::q8}, q8_m};
+  std::vector<ParamDef> host = every_dtype_pair(configs.size());
+  for (ParamDef& d : host) {
+    d.on_device = false;
+    if (d.group == 3) d.param = DType::bf16;  // remainders are of bf16 params
+  }
+  std::vector<ParamDef> device = host;
+  for (ParamDef& d : device) d.on_device = true;
+  expect_same_runs(train(false, configs, host, {}, storage),
+                   train(false, configs, device, {}, storage), host);
 }
 
 }  // namespace

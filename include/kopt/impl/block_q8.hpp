@@ -4,7 +4,7 @@
 /// optimizers keep Adam's moments, with a map chosen to be computed rather than searched.
 ///
 /// Layout: blocks of q8_block = 256 elements (bitsandbytes' and torchao's block; one host
-/// staging block, one device team), each 256 code bytes followed by the block's scale, a
+/// staging block, one GPU warp), each 256 code bytes followed by the block's scale, a
 /// float power of two: q8_block_bytes = 260 bytes for 256 elements, 1.016 bytes each.
 ///
 /// The map: an element is code value x scale, the code an 8-bit float with a 4-bit exponent

@@ -311,43 +311,8 @@ struct UnitFactor {
   KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t i) const { factor[i] = 1.0f; }
 };
 
-/// Row i of a matrix: sums(i) = the sum of u_ij^2 (factored_u). Strips (host, 16-bit
-/// grads): the row widened a strip at a time first (widened_strips), the same bits.
-template <class GradT, bool Strips = false>
-struct FactoredNorm {
-  const GradT* g;
-  float scale;
-  const float* row_factor;
-  const float* col_factor;
-  double* sums;
-  std::int64_t cols;
-  float cap;
-  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t i) const {
-    const GradT* row = g + i * cols;
-    const float r = row_factor[i];
-    const auto u = [&](float x, std::int64_t j) {  // element j, its grad x
-      return factored_u(x * scale, r, col_factor[j], cap);
-    };
-    if constexpr (Strips) {
-      double lane[sum_lanes] = {};
-      const std::int64_t whole = cols / sum_lanes * sum_lanes;
-      const GradT* const one[1] = {row};
-      widened_strips<1>(one, whole, [&](const float* const(&x)[1], std::int64_t at, int n) {
-        add_lane_squares(
-            n, [&](std::int64_t k) { return u(x[0][k], at + k); }, lane);
-      });
-      sums[i] = finish_lane_squares(lane, cols - whole, [&](std::int64_t j) {
-        return u(to_float(row[whole + j]), whole + j);
-      });
-    } else {
-      sums[i] = lane_square_sum(
-          cols, [&](std::int64_t j) { return u(to_float(row[j]), j); }, row);
-    }
-  }
-};
-
-/// Devices (item_square_sums): row i's u_ij (factored_u); sums(i) = the sum of their
-/// squares, as FactoredNorm's.
+/// Row i of a matrix: its u_ij (factored_u); sums(i) = the sum of their squares. Its items
+/// for devices (item_square_sums); FactoredNorm on the host.
 template <class GradT>
 struct NormItems {
   const GradT* g;
@@ -357,11 +322,42 @@ struct NormItems {
   double* sums;
   std::int64_t cols;
   float cap;
+  /// u_ij from element (i, j)'s grad x.
+  KOKKOS_FORCEINLINE_FUNCTION float u(std::int64_t i, std::int64_t j, float x) const {
+    return factored_u(x * scale, row_factor[i], col_factor[j], cap);
+  }
   KOKKOS_FORCEINLINE_FUNCTION std::int64_t length(std::int64_t) const { return cols; }
   KOKKOS_FORCEINLINE_FUNCTION float value(std::int64_t i, std::int64_t j) const {
-    return factored_u(to_float(g[i * cols + j]) * scale, row_factor[i], col_factor[j], cap);
+    return u(i, j, to_float(g[i * cols + j]));
   }
   KOKKOS_FORCEINLINE_FUNCTION void finish(std::int64_t i, double s) const { sums[i] = s; }
+};
+
+/// Host, a thread per row: NormItems' sums in lane_square_sum's order, the row asked for
+/// ahead. Strips (16-bit grads): the row widened a strip at a time first (widened_strips),
+/// the same bits.
+template <class GradT, bool Strips = false>
+struct FactoredNorm {
+  NormItems<GradT> items;
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t i) const {
+    const std::int64_t cols = items.cols;
+    const GradT* row = items.g + i * cols;
+    if constexpr (Strips) {
+      double lane[sum_lanes] = {};
+      const std::int64_t whole = cols / sum_lanes * sum_lanes;
+      const GradT* const one[1] = {row};
+      widened_strips<1>(one, whole, [&](const float* const(&x)[1], std::int64_t at, int n) {
+        add_lane_squares(
+            n, [&](std::int64_t k) { return items.u(i, at + k, x[0][k]); }, lane);
+      });
+      items.finish(i, finish_lane_squares(lane, cols - whole, [&](std::int64_t j) {
+                     return items.value(i, whole + j);
+                   }));
+    } else {
+      items.finish(i, lane_square_sum(
+                          cols, [&](std::int64_t j) { return items.value(i, j); }, row));
+    }
+  }
 };
 
 /// Block b of a vector (item_square_sums): element i's V_i <- V_i + b (g_i^2 - V_i), its
@@ -436,9 +432,9 @@ double factored_step_of(const GradT* g, const Tensor& p, float* state, float* fa
           work.lane_parts.data());
     } else {
       constexpr bool strips = !std::is_same_v<GradT, float>;
-      Kokkos::parallel_for(
-          "kopt::adafactor::norm", Range(0, rows),
-          FactoredNorm<GradT, strips>{g, scale, factors, col_factor, work.sums.data(), cols, cap});
+      Kokkos::parallel_for("kopt::adafactor::norm", Range(0, rows),
+                           FactoredNorm<GradT, strips>{NormItems<GradT>{
+                               g, scale, factors, col_factor, work.sums.data(), cols, cap}});
     }
     parts = rows;
   } else {

@@ -91,8 +91,8 @@ inline constexpr bool has_q8_state = requires {
 
 /// The fused update of every chunk in `chunks_`; the policy's variant V, ParamT/GradT and the
 /// state's form F are chosen once on the host, so the element loop has no branch on them.
-/// `Q8`: a NarrowState launch with a q8 array, whose device teams go block by block
-/// (q8_blocks); a kernel of its own, as its scratch, barriers and registers would slow the
+/// `Q8`: a NarrowState launch with a q8 array, whose device teams give each block a warp
+/// (q8_blocks); a kernel of its own, as its scratch, reductions and registers would slow the
 /// element loop of every other launch.
 template <class ExecSpace, class Policy, int V, class ParamT, class GradT, class F, bool Q8 = false>
 struct FusedUpdateFunctor {
