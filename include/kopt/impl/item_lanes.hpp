@@ -7,14 +7,15 @@
 /// Adafactor's step ran at 0.19-0.28 of its ceiling on an H200. Here a thread per (item,
 /// lane) sums its lane in the same order, so a warp reads two items' 64 contiguous bytes at
 /// a time; then a thread per item adds its lanes and its tail as finish_lane_squares does.
-/// The same bits as lane_square_sum, and so as the host's passes.
+/// The same bits as lane_square_sum, and so as the host's passes (on an H200 too:
+/// TeamPaths.DeviceParamsStepBitwiseLikeHostParams), and Adafactor at 0.63-0.65 (fp32).
 ///
 /// Items: `length(b)`, `value(b, j)` (a float; called once per element, so it may write
 /// beside it) and `finish(b, s)`, s the item's sum.
 ///
-/// Columns: column_square_parts and join_columns, the host's order of a matrix's column
-/// sums (kopt/impl/factored_moments.hpp: blocks of rows, four rows at a time in pairs, the
-/// blocks in order), a thread per (block, column) and then a thread per column.
+/// Columns: column_square_sums, the host's order of a matrix's column sums
+/// (kopt/impl/factored_moments.hpp: blocks of rows, four rows at a time in pairs, the blocks
+/// in order), a thread per (block, column) and then a thread per column.
 
 #include <Kokkos_Core.hpp>
 #include <cstdint>
