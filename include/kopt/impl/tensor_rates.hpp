@@ -193,7 +193,7 @@ class TensorRates<ExecSpace, Policy, true> {
     const Kokkos::View<const Run*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> host(
         runs.data(), runs.size());
     Kokkos::deep_copy(exec, cs.runs, host);
-    fence(exec, "kopt::tensor_sum_runs");  // `runs` dies here
+    fence(exec, "kopt::tensor_sum_runs");  // the copy has read `runs` before it moves
     cs.runs_host = std::move(runs);
   }
 
