@@ -13,6 +13,7 @@
 #include <kopt/impl/fused_lanes.hpp>
 #include <kopt/impl/narrow_lanes.hpp>
 #include <kopt/impl/narrow_state.hpp>
+#include <kopt/impl/q8_lanes.hpp>
 #include <type_traits>
 
 namespace kopt::Impl {
@@ -100,12 +101,17 @@ KOPT_LOOP_FUNCTION void narrow_host_loop(std::int64_t begin, std::int64_t end,
   std::int64_t i = begin;
   if constexpr (fused_lanes_form<Policy, V, ParamT, GradT, Wide>) {
 #ifdef KOPT_HAVE_VECTOR_EXTENSIONS
-    // Each array read and written in its own dtype; q8 blocks take the staging below.
+    // Each array read and written in its own dtype; q8 arrays a block at a time, decoded
+    // as they are read and encoded from L1 (q8_lanes.hpp). A partial block takes the
+    // staging below.
     bool q8 = false;
     for (int k = 0; k < 3; ++k) q8 |= (kept >> k & 1u) != 0 && d.of[k] == DType::q8;
     if (!q8)
       i = fused_lanes<Policy, V, ParamT, GradT, Wide, true>(begin, end, param, grad, master,
                                                             NarrowArrays{{s0, s1, s2}, d}, s, r);
+    else
+      i = q8_lanes_blocks<Policy, V, ParamT, GradT, Wide>(begin, end, param, grad, master,
+                                                          {s0, s1, s2}, d, s, r);
 #endif
   }
   float b0[narrow_stage], b1[narrow_stage], b2[narrow_stage];
