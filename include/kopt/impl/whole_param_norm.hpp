@@ -60,38 +60,41 @@ struct SquareBlocks {
 };
 
 template <class ExecSpace, class Values>
-double square_sum_of(const Values& values, std::int64_t numel, FactoredWork<ExecSpace>& work) {
+std::int64_t square_sums_of(const Values& values, std::int64_t numel, std::int64_t at,
+                            FactoredWork<ExecSpace>& work) {
   const std::int64_t blocks = (numel + factored_vector_block - 1) / factored_vector_block;
   item_square_sums<ExecSpace>("kopt::adafactor::param_norm", blocks,
-                              SquareBlocks<Values>{values, work.sums.data(), numel},
+                              SquareBlocks<Values>{values, work.sums.data() + at, numel},
                               work.lane_parts.data());
-  return work.sum_in_order(blocks);
+  return blocks;
 }
 
 }  // namespace detail
 
-/// The sum of squares of the `numel` values of `p` (work reserved for a param of at least
-/// numel elements). Runs on ExecSpace's default instance and returns when done; the caller
-/// fences its own first.
+/// The sums of squares of the `numel` values of `p`, a block each, into work.sums(at..at +
+/// n) (work reserved for a param of at least numel elements); returns n. Added in order
+/// they give ||p||^2. Runs on ExecSpace's default instance, asynchronously; the caller
+/// fences its own first and fetches the sums after (FactoredWork::fetch).
 template <class ExecSpace>
-double whole_param_square_sum(const WorkingParam& p, std::int64_t numel,
-                              FactoredWork<ExecSpace>& work) {
+std::int64_t whole_param_square_sums(const WorkingParam& p, std::int64_t numel, std::int64_t at,
+                                     FactoredWork<ExecSpace>& work) {
   using detail::PlainValues;
-  if (numel == 0) return 0.0;
-  if (p.master != nullptr) return detail::square_sum_of(PlainValues<float>{p.master}, numel, work);
+  using detail::square_sums_of;
+  if (numel == 0) return 0;
+  if (p.master != nullptr) return square_sums_of(PlainValues<float>{p.master}, numel, at, work);
   switch (p.dtype) {
     case DType::bf16: {
       const auto* param = static_cast<const bfloat16*>(p.param);
       if (p.remainder != nullptr)
-        return detail::square_sum_of(detail::JoinedValues{param, p.remainder}, numel, work);
-      return detail::square_sum_of(PlainValues<bfloat16>{param}, numel, work);
+        return square_sums_of(detail::JoinedValues{param, p.remainder}, numel, at, work);
+      return square_sums_of(PlainValues<bfloat16>{param}, numel, at, work);
     }
     case DType::f16:
-      return detail::square_sum_of(PlainValues<float16>{static_cast<const float16*>(p.param)},
-                                   numel, work);
+      return square_sums_of(PlainValues<float16>{static_cast<const float16*>(p.param)}, numel, at,
+                            work);
     default:
-      return detail::square_sum_of(PlainValues<float>{static_cast<const float*>(p.param)}, numel,
-                                   work);
+      return square_sums_of(PlainValues<float>{static_cast<const float*>(p.param)}, numel, at,
+                            work);
   }
 }
 

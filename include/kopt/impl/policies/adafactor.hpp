@@ -87,10 +87,14 @@ struct AdafactorPolicy {
   template <class ExecSpace>
   static float transform(const StageGrad& g, const Tensor& p, const Scalars& s, float,
                          Work<ExecSpace>& work, float* state) {
-    const double norm = std::sqrt(whole_param_square_sum<ExecSpace>(g.param, p.numel, work));
-    const double squares =
+    const std::int64_t at = factored_norm_offset(p);  // ||p||'s block sums, past ||u||'s
+    const std::int64_t blocks = whole_param_square_sums<ExecSpace>(g.param, p.numel, at, work);
+    const std::int64_t parts =
         factored_step<ExecSpace>(g.data, g.dtype, p, state, g.scratch,
                                  FactoredCoefficients{s.beta, s.eps1, s.grad_scale}, work);
+    work.fetch(at + blocks);  // the step's one wait for this param
+    const double norm = std::sqrt(work.sum_in_order(at, blocks));
+    const double squares = work.sum_in_order(0, parts);
     const double root_n = std::sqrt(static_cast<double>(p.numel));
     const double alpha = std::max(s.eps2, norm / root_n) * s.rho;
     const double clip = p.numel == 0 ? 1.0 : std::max(1.0, std::sqrt(squares) / (root_n * s.d));
