@@ -17,6 +17,11 @@ namespace kopt::Impl {
 /// Elements per partial sum of a vector's ||u||^2.
 inline constexpr std::int64_t factored_vector_block = 4096;
 
+/// Blocks of factored_vector_block in `numel` elements (the last one partial).
+KOKKOS_INLINE_FUNCTION constexpr std::int64_t factored_blocks(std::int64_t numel) {
+  return (numel + factored_vector_block - 1) / factored_vector_block;
+}
+
 /// The step's floats: b = t^beta2_decay (the statistics' lerp weight), eps1, and the scale
 /// of the grads.
 struct FactoredCoefficients {

@@ -58,7 +58,7 @@ inline std::int64_t factored_row_block(std::int64_t rows) {
 /// Where a param's ||p||^2 block sums start in FactoredWork::sums: past its row sums (a
 /// matrix's) or ||u||^2 block sums (a vector's), so both come to the host in one copy.
 inline std::int64_t factored_norm_offset(const Tensor& p) {
-  const std::int64_t blocks = (p.numel + factored_vector_block - 1) / factored_vector_block;
+  const std::int64_t blocks = factored_blocks(p.numel);
   return p.is_matrix() ? std::max(p.rows, blocks) : blocks;
 }
 
@@ -75,7 +75,7 @@ struct FactoredWork {
   /// Grows the scratch to fit `p`. All or nothing.
   void reserve(const std::string& label, const Tensor& p) {
     // A matrix's row sums, or a block's (a vector's ||u||^2), then ||p||^2's blocks.
-    const std::int64_t blocks = (p.numel + factored_vector_block - 1) / factored_vector_block;
+    const std::int64_t blocks = factored_blocks(p.numel);
     const std::int64_t n = factored_norm_offset(p) + blocks;
     std::int64_t parts = 0;
     if (p.is_matrix())
@@ -170,7 +170,7 @@ std::int64_t factored_step_of(const GradT* g, const Tensor& p, float* state, flo
     parts = rows;
   } else {
     Kokkos::parallel_for("kopt::adafactor::row_factor", Range(0, 1), UnitFactor{factors});
-    parts = (p.numel + factored_vector_block - 1) / factored_vector_block;
+    parts = factored_blocks(p.numel);
     item_square_sums<ExecSpace>(
         "kopt::adafactor::vector", parts,
         VectorItems<GradT>{g, scale, state, factors + 1, work.sums.data(), p.numel, k.beta, cap},

@@ -62,7 +62,7 @@ struct SquareBlocks {
 template <class ExecSpace, class Values>
 std::int64_t square_sums_of(const Values& values, std::int64_t numel, std::int64_t at,
                             FactoredWork<ExecSpace>& work) {
-  const std::int64_t blocks = (numel + factored_vector_block - 1) / factored_vector_block;
+  const std::int64_t blocks = factored_blocks(numel);
   item_square_sums<ExecSpace>("kopt::adafactor::param_norm", blocks,
                               SquareBlocks<Values>{values, work.sums.data() + at, numel},
                               work.lane_parts.data());
