@@ -5,5 +5,9 @@
 #define KOPT_INSTANTIATE_FUSED_OPTIMIZER(Space, Policy) \
   template class kopt::FusedOptimizer<Space, Policy>;
 KOPT_FOR_EACH_POLICY(KOPT_INSTANTIATE_FUSED_OPTIMIZER, Kokkos::Cuda)
+#define KOPT_INSTANTIATE_LAUNCH_UPDATE(Space, Policy) KOPT_LAUNCH_UPDATE(, Space, Policy)
+namespace kopt {
+KOPT_FOR_EACH_POLICY(KOPT_INSTANTIATE_LAUNCH_UPDATE, Kokkos::Cuda)
+}
 template std::unique_ptr<kopt::Impl::Engine> kopt::Impl::make_fused_engine<Kokkos::Cuda>(
     const Kokkos::Cuda&, std::size_t, const std::string&, const kopt::StateStorage&);
