@@ -251,13 +251,13 @@ KOPT_FOR_EACH_BACKEND(KOPT_EXTERN_FUSED_OPTIMIZERS)
 // on the host (offload_host.cpp, offload_cuda.cpp): compiled there again, they were two
 // fifths of the library's compile time (5,417 of offload_host.o's 5,792 symbols were
 // fused_openmp.o's). `prefix`: extern, or nothing for the definition (fused_<space>.cpp).
-#define KOPT_LAUNCH_UPDATE(prefix, Space, Policy)                                          \
-  prefix template void Impl::launch_update<Space, Policy>(                                 \
-      const Space&, const std::string&, DType, DType, int, const StateStorage&,            \
-      const Kokkos::View<const Impl::UpdateSlot*, Space::memory_space>&,                   \
-      const Kokkos::View<const Policy::Scalars*, Space::memory_space>&,                    \
-      const Kokkos::View<const std::int64_t*, Space::memory_space>&,                       \
-      const Kokkos::View<const Impl::Chunk*, Space::memory_space>&,                        \
+#define KOPT_LAUNCH_UPDATE(prefix, Space, Policy)                               \
+  prefix template void Impl::launch_update<Space, Policy>(                      \
+      const Space&, const std::string&, DType, DType, int, const StateStorage&, \
+      const Kokkos::View<const Impl::UpdateSlot*, Space::memory_space>&,        \
+      const Kokkos::View<const Policy::Scalars*, Space::memory_space>&,         \
+      const Kokkos::View<const std::int64_t*, Space::memory_space>&,            \
+      const Kokkos::View<const Impl::Chunk*, Space::memory_space>&,             \
       const Kokkos::View<const float*, Space::memory_space>&);
 #define KOPT_EXTERN_LAUNCH_UPDATE(Space, Policy) KOPT_LAUNCH_UPDATE(extern, Space, Policy)
 #define KOPT_EXTERN_LAUNCH_UPDATES(Space) KOPT_FOR_EACH_POLICY(KOPT_EXTERN_LAUNCH_UPDATE, Space)
