@@ -119,7 +119,7 @@ class HostCopyQueue final : public CopyQueue {
       pending_.push_back(job);
       ++enqueued_;
     }
-    count_copy_operation();
+    count_copy_operation(job.batch != nullptr ? job.count : 1);
     work_.notify_one();
   }
 

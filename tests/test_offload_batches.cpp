@@ -3,6 +3,9 @@
 // the host one job of the copy worker), larger ones keep their own. Counted through the host
 // queue's operation counter, and checked bitwise against every copy on its own.
 #include <kopt/impl/copy_queue.hpp>
+#include <memory>
+#include <random>
+#include <string>
 
 #include "hybrid_world.hpp"
 
@@ -87,6 +90,62 @@ TEST(OffloadBatches, BatchedRunsMatchLocalGroupsBitwise) {
   kopt::Impl::set_host_copy_latency(std::chrono::microseconds(0), std::chrono::microseconds(0));
   for (std::size_t j = 0; j < defs.size(); ++j)
     ASSERT_EQ(local.params[j].get(), off.params[j].get()) << local.name(j);
+}
+
+// Params cut one after another from one buffer (as a training code's flat buffers hold them)
+// are staged one after another, so their copies join into pieces of up to batch_copies_below
+// bytes: 3,000 bf16 params of 24 elements (48 bytes of grads, 48 of params), half with fp32
+// masters, half with remainders (whose params come with their grads every step), the two
+// halves an offload engine each. A step copies 72,000 bytes of grads per half (2 pieces
+// each), the remainder half's params (2) and every param back (2 per half): 10 copies where
+// each on its own (batch_copies_below = 0) is 7,500; the params bitwise the same.
+struct FlatModel {
+  static constexpr std::int64_t count = 3000, each = 24;
+  Kokkos::View<kopt::bfloat16*, Kokkos::HostSpace> param{"flat_param", count*each},
+      grad{"flat_grad", count*each};
+  std::unique_ptr<kopt::HybridOptimizer> opt;
+
+  explicit FlatModel(std::size_t batch_below) {
+    std::mt19937 rng(3);
+    std::normal_distribution<float> normal;
+    for (std::int64_t i = 0; i < param.extent_int(0); ++i)
+      param(i) = kopt::bfloat16::from_float(normal(rng));
+    kopt::ParamGroup masters(kopt::AdamConfig{.weight_decay = 0.01}, kopt::StatePlacement::host);
+    kopt::ParamGroup remainders(kopt::AdamConfig{.lr = 2e-3}, kopt::StatePlacement::host);
+    remainders.set_master(kopt::MasterStorage::remainder);
+    for (std::int64_t k = 0; k < count; ++k) {
+      const auto piece = std::make_pair(k * each, (k + 1) * each);
+      (k < count / 2 ? masters : remainders)
+          .add("p" + std::to_string(k), kopt::Tensor(Kokkos::subview(param, piece)),
+               kopt::Tensor(Kokkos::subview(grad, piece)));
+    }
+    kopt::HybridOptions options;
+    options.offload.batch_copies_below = batch_below;
+    opt = std::make_unique<kopt::HybridOptimizer>(std::vector{masters, remainders}, options);
+  }
+  // Copies enqueued by one step after grads drawn from `seed`.
+  std::uint64_t copies_of_step(unsigned seed) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> normal;
+    for (std::int64_t i = 0; i < grad.extent_int(0); ++i)
+      grad(i) = kopt::bfloat16::from_float(0.1f * normal(rng));
+    const std::uint64_t before = kopt::Impl::host_copies();
+    opt->step();
+    return kopt::Impl::host_copies() - before;
+  }
+};
+
+TEST(OffloadBatches, ParamsCutFromOneBufferCopyAsOnePiecePerBatchLimit) {
+  FlatModel joined(std::size_t{64} << 10), each(0);
+  for (unsigned s = 0; s < 4; ++s) {
+    const std::uint64_t a = joined.copies_of_step(s), b = each.copies_of_step(s);
+    if (s > 0) {  // the first step also brings every param (its master is taken from it)
+      EXPECT_EQ(a, 10u) << "step " << s;
+      EXPECT_EQ(b, 7500u) << "step " << s;
+    }
+  }
+  for (std::int64_t i = 0; i < joined.param.extent_int(0); ++i)
+    ASSERT_EQ(joined.param(i).bits, each.param(i).bits) << "element " << i;
 }
 
 }  // namespace

@@ -59,13 +59,13 @@ class CudaCopyQueue final : public CopyQueue {
 
   void copy(void* dst, const void* src, std::size_t bytes) override {
     if (bytes == 0) return;
-    if (!hooks_fail_())
+    if (!hooks_fail_(1))
       check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_), "cudaMemcpyAsync");
     ++enqueued_;
   }
   void copy_batch(const CopyOp* ops, std::size_t count) override {
     if (count == 0) return;
-    if (!hooks_fail_()) {
+    if (!hooks_fail_(count)) {
       constexpr std::size_t max_blocks = 4096, threads = 256;
       copy_batch_kernel<<<static_cast<unsigned>(std::min(count, max_blocks)), threads, 0,
                           stream_>>>(ops, count);
@@ -104,8 +104,8 @@ class CudaCopyQueue final : public CopyQueue {
  private:
   // The test hooks (copy_queue.hpp): counts the operation; true when it is to fail, which
   // then enqueues nothing and the next wait reports it.
-  bool hooks_fail_() {
-    count_copy_operation();
+  bool hooks_fail_(std::size_t copies) {
+    count_copy_operation(copies);
     const bool fail = injected_copy_failure();
     failed_ = failed_ || fail;
     return fail;

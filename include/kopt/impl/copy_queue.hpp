@@ -77,12 +77,15 @@ void set_host_copy_failure_after(std::int64_t copies);
 /// (host and CUDA) have enqueued since the process started, so tests can count what a step
 /// enqueues.
 std::uint64_t host_copy_operations();
+/// Test hook: the copies in those operations (a batch's ops each, a lone copy one), so tests
+/// can see copies joined (adjacent ones of a batch become one).
+std::uint64_t host_copies();
 
-/// For the queues themselves (src/copy_queue_hooks.cpp): count_copy_operation() once per
-/// operation enqueued; injected_copy_failure() once per operation run, true for the one the
+/// For the queues themselves (src/copy_queue_hooks.cpp): count_copy_operation(copies) once
+/// per operation enqueued; injected_copy_failure() once per operation run, true for the one the
 /// failure hook fails (its bytes then stay uncopied); throw_injected_copy_failure() at the
 /// next wait on that queue.
-void count_copy_operation();
+void count_copy_operation(std::size_t copies);
 bool injected_copy_failure();
 [[noreturn]] void throw_injected_copy_failure();
 

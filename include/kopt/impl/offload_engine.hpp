@@ -83,11 +83,24 @@ class OffloadEngine final : public Engine {
 
  private:
   using DevMem = typename DeviceExec::memory_space;
-  /// Elements [begin, begin + len) of registry entry `entry`, staged at element `stage` of
-  /// its chunk's staging buffers.
+  /// Elements [begin, begin + len) of registry entry `entry`, its grads staged at byte
+  /// `grad_at` of its chunk's grad staging and (a 16-bit param) its params at `param_at` of
+  /// the param staging: packed, each at its dtype's alignment, so that the segments of params
+  /// laid out one after the other (tiny params cut from one buffer) are staged one after the
+  /// other too, and their copies join into one (send_).
   struct Segment {
     std::size_t entry;
-    std::int64_t begin, len, stage;
+    std::int64_t begin, len, grad_at, param_at;
+  };
+  /// What a step reads of a segment's entry, taken when the plan is built: a step over
+  /// 100,000 tiny params read each entry (a name, two tensors) in four loops, a cache miss
+  /// each time (a third of the step's time beside one param's).
+  struct SegmentPlan {
+    const unsigned char* grad;  ///< its grads where they live
+    unsigned char* param;       ///< its params where they live
+    void* host_param;           ///< where its updated params sit on the host (host_param_)
+    std::size_t grad_bytes, param_bytes, group;
+    DType param_dtype;
   };
   /// One kernel class's host chunks within a pipeline chunk: host_chunks_[first, last).
   struct ClassRange {
@@ -108,7 +121,8 @@ class OffloadEngine final : public Engine {
     return i;
   }
   void plan_();
-  void build_plan_();  ///< batches, slots and norm chunks for signature_
+  bool plan_current_() const;  ///< the registry and the groups' variants are as planned
+  void build_plan_();          ///< batches, slots and norm chunks for signature_
   void build_batches_(const std::vector<std::size_t>& entries, bool with_kernels);
   unsigned char* grad_stage_(std::size_t batch) const;
   unsigned char* param_stage_(std::size_t batch) const;
@@ -144,6 +158,9 @@ class OffloadEngine final : public Engine {
   std::vector<int> signature_, next_signature_;
   std::vector<ClassKey> keys_;
   std::vector<Segment> segments_;
+  std::vector<SegmentPlan> segment_plans_;  ///< per segment
+  std::uint64_t planned_version_ = 0;       ///< registry_.version() when planned
+  std::vector<int> planned_variants_;       ///< each group's variant when planned
   std::vector<Batch> batches_;
   std::vector<ClassRange> ranges_;
   std::vector<Chunk> host_chunks_;            ///< slot = segment index

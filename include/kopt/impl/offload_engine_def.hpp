@@ -3,6 +3,7 @@
 /// Member definitions of the offload engine; included by the files that instantiate it
 /// (src/offload_host.cpp, backends/cuda/offload_cuda.cpp).
 
+#include <cassert>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -14,9 +15,14 @@
 namespace kopt::Impl {
 
 namespace offload_detail {
-/// Staging holds every element at a 4-byte stride, whatever its dtype: segments of f32 and
-/// 16-bit grads then share a buffer without overlapping.
+/// Staging bytes per element of a chunk, in each of the grad and param buffers: the widest
+/// dtype's. Segments are packed at their dtype's alignment, and a 16-bit segment leaves at
+/// least 2 bytes of its budget unused, more than any padding after it.
 constexpr std::int64_t stride = 4;
+inline std::int64_t aligned(std::int64_t at, std::size_t size) {
+  const auto a = static_cast<std::int64_t>(size);
+  return (at + a - 1) / a * a;
+}
 inline double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -106,7 +112,7 @@ const void* OffloadEngine<DeviceExec, StateMem, Policy>::host_param_(std::size_t
                                                                      const Segment& s) const {
   const ParamEntry& e = registry_[s.entry];
   if (e.param.dtype == DType::f32) return state_.master().data() + e.state_offset + s.begin;
-  return param_stage_(batch) + s.stage * offload_detail::stride;
+  return param_stage_(batch) + s.param_at;
 }
 
 template <class DeviceExec, class StateMem, class Policy>
@@ -117,7 +123,7 @@ void OffloadEngine<DeviceExec, StateMem, Policy>::build_batches_(
   ranges_.clear();
   host_chunks_.clear();
   const std::int64_t chunk = options_.chunk_elements;
-  std::int64_t fill = 0;
+  std::int64_t fill = 0, grad_fill = 0, param_fill = 0;  // elements; staging bytes
   const auto close_batch = [&] {
     Batch b{batches_.empty() ? 0 : batches_.back().seg_last, segments_.size(), ranges_.size(), 0};
     if (with_kernels)
@@ -131,7 +137,7 @@ void OffloadEngine<DeviceExec, StateMem, Policy>::build_batches_(
       }
     b.range_last = ranges_.size();
     batches_.push_back(b);
-    fill = 0;
+    fill = grad_fill = param_fill = 0;
   };
   for (const std::size_t e : entries)
     for (std::int64_t off = 0, numel = registry_[e].param.numel; off < numel;) {
@@ -143,7 +149,18 @@ void OffloadEngine<DeviceExec, StateMem, Policy>::build_batches_(
         close_batch();
         continue;
       }
-      segments_.push_back(Segment{e, off, take, fill});
+      const ParamEntry& entry = registry_[e];
+      const std::size_t grad_size = size_of(entry.grad.dtype);
+      const std::size_t param_size =
+          entry.param.dtype == DType::f32 ? 0 : size_of(entry.param.dtype);
+      const std::int64_t grad_at = offload_detail::aligned(grad_fill, grad_size);
+      const std::int64_t param_at =
+          param_size == 0 ? 0 : offload_detail::aligned(param_fill, param_size);
+      segments_.push_back(Segment{e, off, take, grad_at, param_at});
+      grad_fill = grad_at + take * static_cast<std::int64_t>(grad_size);
+      if (param_size != 0) param_fill = param_at + take * static_cast<std::int64_t>(param_size);
+      assert(grad_fill <= chunk * offload_detail::stride &&
+             param_fill <= chunk * offload_detail::stride);
       off += take;
       fill += take;
       if (fill == chunk) close_batch();
@@ -154,18 +171,35 @@ void OffloadEngine<DeviceExec, StateMem, Policy>::build_batches_(
 }
 
 template <class DeviceExec, class StateMem, class Policy>
+bool OffloadEngine<DeviceExec, StateMem, Policy>::plan_current_() const {
+  if (signature_.empty() || planned_version_ != registry_.version() ||
+      planned_variants_.size() != registry_.num_groups())
+    return false;
+  for (std::size_t g = 0; g < registry_.num_groups(); ++g)
+    if (Policy::variant(std::get<Config>(registry_.config(g))) != planned_variants_[g])
+      return false;
+  return true;
+}
+
+template <class DeviceExec, class StateMem, class Policy>
 void OffloadEngine<DeviceExec, StateMem, Policy>::plan_() {
   ensure_state_();
-  std::vector<int>& signature = next_signature_;
-  std::vector<ClassKey> keys;
-  // Refused here, before any engine of an optimizer launches anything: no step overflows.
-  classify_entries<Policy>(registry_, signature, keys, [&](std::size_t i) {
+  const auto check_steps = [&](std::size_t i) {
     KOPT_THROW_IF(registry_.step(i) >= max_step_count,
                   label_ << ": step(): '" << registry_[i].name << "' has completed "
                          << registry_.step(i)
                          << " steps, the most kopt counts (kopt::max_step_count)");
-  });
-  if (signature == signature_ && keys == keys_) return;
+  };
+  if (plan_current_()) {  // the same params with grads, in the same classes: checked alone
+    for (std::size_t i = 0; i < signature_.size(); ++i)
+      if (signature_[i] > 0) check_steps(i);
+    return;
+  }
+  std::vector<int>& signature = next_signature_;
+  std::vector<ClassKey> keys;
+  // Refused here, before any engine of an optimizer launches anything: no step overflows.
+  classify_entries<Policy>(registry_, signature, keys, check_steps);
+  // Built again even for the same signature: a rebound param or grad has other pointers.
   signature_ = signature;
   keys_ = keys;
   try {
@@ -174,6 +208,10 @@ void OffloadEngine<DeviceExec, StateMem, Policy>::plan_() {
     signature_.clear();  // no plan cached: the next call builds it again
     throw;
   }
+  planned_version_ = registry_.version();
+  planned_variants_.clear();
+  for (std::size_t g = 0; g < registry_.num_groups(); ++g)
+    planned_variants_.push_back(Policy::variant(std::get<Config>(registry_.config(g))));
 }
 
 template <class DeviceExec, class StateMem, class Policy>
@@ -187,6 +225,7 @@ void OffloadEngine<DeviceExec, StateMem, Policy>::build_plan_() {
     }
   build_batches_(entries, true);
   host_slots_.assign(segments_.size(), UpdateSlot{});
+  segment_plans_.resize(segments_.size());
   host_scalars_.reserve(segments_.size());  // step() then allocates nothing
   host_row_steps_.reserve(segments_.size());
   for (std::size_t b = 0; b < batches_.size(); ++b)
@@ -195,9 +234,18 @@ void OffloadEngine<DeviceExec, StateMem, Policy>::build_plan_() {
       const ParamEntry& e = registry_[s.entry];
       UpdateSlot& slot = host_slots_[i];
       slot.param = const_cast<void*>(host_param_(b, s));
-      slot.grad = grad_stage_(b) + s.stage * offload_detail::stride;
+      slot.grad = grad_stage_(b) + s.grad_at;
       slot.grad_dtype = e.grad.dtype;
       state_.point(slot, e, s.begin);
+      const std::size_t grad_size = size_of(e.grad.dtype), param_size = size_of(e.param.dtype);
+      segment_plans_[i] =
+          SegmentPlan{static_cast<const unsigned char*>(e.grad.data) + s.begin * grad_size,
+                      static_cast<unsigned char*>(e.param.data) + s.begin * param_size,
+                      slot.param,
+                      static_cast<std::size_t>(s.len) * grad_size,
+                      static_cast<std::size_t>(s.len) * param_size,
+                      e.group,
+                      e.param.dtype};
     }
   if (copy_ops_.extent(0) < 3 * segments_.size()) {
     allocation_point();
@@ -237,21 +285,19 @@ void OffloadEngine<DeviceExec, StateMem, Policy>::send_grads_(std::size_t batch)
   if (mode_ != PipelineMode::update_only) {
     CopyOp* ops = copy_ops_.data() + 2 * batches_[batch].seg_first;
     std::size_t count = 0;
-    for (std::size_t i = batches_[batch].seg_first; i < batches_[batch].seg_last; ++i) {
-      const Segment& s = segments_[i];
-      const ParamEntry& e = registry_[s.entry];
-      const std::size_t size = size_of(e.grad.dtype);
-      send_(*to_host_, ops, count, grad_stage_(batch) + s.stage * offload_detail::stride,
-            static_cast<const unsigned char*>(e.grad.data) + s.begin * size, s.len * size);
-      // A master to reconcile: the param comes along, into its f32 master (which simply
-      // becomes the param) or the param staging that update_() reconciles the master with.
-      // Remainders, and groups without masters, need their params every step: a param is
-      // half its master, or all of it.
-      if (registry_.sync_master(s.entry) || !state_.master_copies()) {
-        const std::size_t psize = size_of(e.param.dtype);
-        send_(*to_host_, ops, count, const_cast<void*>(host_param_(batch, s)),
-              static_cast<const unsigned char*>(e.param.data) + s.begin * psize, s.len * psize);
-      }
+    const std::size_t first = batches_[batch].seg_first, last = batches_[batch].seg_last;
+    for (std::size_t i = first; i < last; ++i) {
+      const SegmentPlan& s = segment_plans_[i];
+      send_(*to_host_, ops, count, grad_stage_(batch) + segments_[i].grad_at, s.grad, s.grad_bytes);
+    }
+    // A master to reconcile: the param comes along, into its f32 master (which simply
+    // becomes the param) or the param staging that update_() reconciles the master with.
+    // Remainders, and groups without masters, need their params every step: a param is
+    // half its master, or all of it. (After the grads, so that adjacent copies join.)
+    for (std::size_t i = first; i < last; ++i) {
+      if (!registry_.sync_master(segments_[i].entry) && state_.master_copies()) continue;
+      const SegmentPlan& s = segment_plans_[i];
+      send_(*to_host_, ops, count, s.host_param, s.param, s.param_bytes);
     }
     to_host_->copy_batch(ops, count);
   }
@@ -288,11 +334,8 @@ void OffloadEngine<DeviceExec, StateMem, Policy>::send_params_(std::size_t batch
     CopyOp* ops = copy_ops_.data() + 2 * segments_.size() + batches_[batch].seg_first;
     std::size_t count = 0;
     for (std::size_t i = batches_[batch].seg_first; i < batches_[batch].seg_last; ++i) {
-      const Segment& s = segments_[i];
-      const Tensor& param = registry_[s.entry].param;
-      const std::size_t size = size_of(param.dtype);
-      send_(*to_device_, ops, count, static_cast<unsigned char*>(param.data) + s.begin * size,
-            host_param_(batch, s), s.len * size);
+      const SegmentPlan& s = segment_plans_[i];
+      send_(*to_device_, ops, count, s.param, s.host_param, s.param_bytes);
     }
     to_device_->copy_batch(ops, count);
   }
@@ -303,10 +346,20 @@ template <class DeviceExec, class StateMem, class Policy>
 void OffloadEngine<DeviceExec, StateMem, Policy>::send_(CopyQueue& queue, CopyOp* ops,
                                                         std::size_t& count, void* dst,
                                                         const void* src, std::size_t bytes) const {
-  if (bytes >= options_.batch_copies_below)
+  if (bytes >= options_.batch_copies_below) {
     queue.copy(dst, src, bytes);
-  else if (bytes > 0)
-    ops[count++] = CopyOp{dst, src, bytes};
+  } else if (bytes > 0) {
+    // A copy that continues the batch's last on both sides joins it, up to the batching
+    // limit (a GPU block copies each op): 100,000 tiny params cut from one buffer cost
+    // a memcpy of 128 bytes each, 2 x 100,000 a step on the host.
+    CopyOp* last = count > 0 ? &ops[count - 1] : nullptr;
+    if (last != nullptr && static_cast<unsigned char*>(last->dst) + last->bytes == dst &&
+        static_cast<const unsigned char*>(last->src) + last->bytes == src &&
+        last->bytes + bytes < options_.batch_copies_below)
+      last->bytes += bytes;
+    else
+      ops[count++] = CopyOp{dst, src, bytes};
+  }
 }
 
 template <class DeviceExec, class StateMem, class Policy>
@@ -322,7 +375,7 @@ void OffloadEngine<DeviceExec, StateMem, Policy>::step(double grad_scale) {
   std::size_t last_group = SIZE_MAX;
   std::int64_t last_step = -1;
   for (std::size_t i = 0; i < segments_.size(); ++i) {
-    const std::size_t group = registry_[segments_[i].entry].group;
+    const std::size_t group = segment_plans_[i].group;
     const std::int64_t step = registry_.step(segments_[i].entry);
     if (group != last_group || step != last_step) {
       host_scalars_.push_back(
@@ -375,8 +428,7 @@ void OffloadEngine<DeviceExec, StateMem, Policy>::sync_masters_(
   for (const DType dtype : {DType::bf16, DType::f16}) {
     sync_chunks_.clear();
     for (std::size_t i = batches_[batch].seg_first; i < batches_[batch].seg_last; ++i)
-      if (registry_.sync_master(segments_[i].entry) &&
-          registry_[segments_[i].entry].param.dtype == dtype)
+      if (registry_.sync_master(segments_[i].entry) && segment_plans_[i].param_dtype == dtype)
         append_chunks(sync_chunks_, i, segments_[i].len, chunk_size<HostExec>);
     using Unmanaged = Kokkos::MemoryTraits<Kokkos::Unmanaged>;
     launch_sync(host_, label_ + "::sync_master", dtype, slots,
