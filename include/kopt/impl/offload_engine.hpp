@@ -94,11 +94,11 @@ class OffloadEngine final : public Engine {
   };
   /// What a step reads of a segment's entry, taken when the plan is built: a step over
   /// 100,000 tiny params read each entry (a name, two tensors) in four loops, a cache miss
-  /// each time (a third of the step's time beside one param's).
+  /// each time (a third of the step's time beside one param's). Its host side is its slot's
+  /// (host_slots_: grad staging, and the master or param staging).
   struct SegmentPlan {
     const unsigned char* grad;  ///< its grads where they live
     unsigned char* param;       ///< its params where they live
-    void* host_param;           ///< where its updated params sit on the host (host_param_)
     std::size_t grad_bytes, param_bytes, group;
     DType param_dtype;
   };

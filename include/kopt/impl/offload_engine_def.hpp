@@ -241,7 +241,6 @@ void OffloadEngine<DeviceExec, StateMem, Policy>::build_plan_() {
       segment_plans_[i] =
           SegmentPlan{static_cast<const unsigned char*>(e.grad.data) + s.begin * grad_size,
                       static_cast<unsigned char*>(e.param.data) + s.begin * param_size,
-                      slot.param,
                       static_cast<std::size_t>(s.len) * grad_size,
                       static_cast<std::size_t>(s.len) * param_size,
                       e.group,
@@ -288,7 +287,7 @@ void OffloadEngine<DeviceExec, StateMem, Policy>::send_grads_(std::size_t batch)
     const std::size_t first = batches_[batch].seg_first, last = batches_[batch].seg_last;
     for (std::size_t i = first; i < last; ++i) {
       const SegmentPlan& s = segment_plans_[i];
-      send_(*to_host_, ops, count, grad_stage_(batch) + segments_[i].grad_at, s.grad, s.grad_bytes);
+      send_(*to_host_, ops, count, const_cast<void*>(host_slots_[i].grad), s.grad, s.grad_bytes);
     }
     // A master to reconcile: the param comes along, into its f32 master (which simply
     // becomes the param) or the param staging that update_() reconciles the master with.
@@ -297,7 +296,7 @@ void OffloadEngine<DeviceExec, StateMem, Policy>::send_grads_(std::size_t batch)
     for (std::size_t i = first; i < last; ++i) {
       if (!registry_.sync_master(segments_[i].entry) && state_.master_copies()) continue;
       const SegmentPlan& s = segment_plans_[i];
-      send_(*to_host_, ops, count, s.host_param, s.param, s.param_bytes);
+      send_(*to_host_, ops, count, host_slots_[i].param, s.param, s.param_bytes);
     }
     to_host_->copy_batch(ops, count);
   }
@@ -335,7 +334,7 @@ void OffloadEngine<DeviceExec, StateMem, Policy>::send_params_(std::size_t batch
     std::size_t count = 0;
     for (std::size_t i = batches_[batch].seg_first; i < batches_[batch].seg_last; ++i) {
       const SegmentPlan& s = segment_plans_[i];
-      send_(*to_device_, ops, count, s.param, s.host_param, s.param_bytes);
+      send_(*to_device_, ops, count, s.param, host_slots_[i].param, s.param_bytes);
     }
     to_device_->copy_batch(ops, count);
   }
