@@ -183,7 +183,6 @@ class FusedOptimizer {
   };
 
   void ensure_state_();
-  bool plan_current_() const;
   void build_plan_();  ///< prepare_step()'s: classes, sync tables, slots, scalar sets
   void fill_slots_();
   void build_sync_(const std::vector<std::size_t>& entries);
@@ -213,9 +212,7 @@ class FusedOptimizer {
   /// The step plan (classes, sync tables, slots, scalar sets) is kept while the registry's
   /// version, every group's variant and the state arrays stay as they were, so a
   /// steady-state step touches each param once (its step count), not once per table.
-  bool planned_ = false;
-  std::uint64_t planned_version_ = 0;
-  std::vector<int> planned_variants_;
+  Impl::PlanStamp<Policy> planned_;   ///< what the tables were built for
   std::vector<std::size_t> updated_;  ///< entries with a grad, in order
   /// One row of step scalars per (group, step count) among the updated entries; the slots
   /// name their row, so a step rewrites this table only.
@@ -264,4 +261,15 @@ KOPT_FOR_EACH_BACKEND(KOPT_EXTERN_FUSED_OPTIMIZERS)
 KOPT_FOR_EACH_BACKEND(KOPT_EXTERN_LAUNCH_UPDATES)
 #undef KOPT_EXTERN_LAUNCH_UPDATES
 #undef KOPT_EXTERN_LAUNCH_UPDATE
+
+// And the host spaces' chunk functions (kopt/impl/host_chunks.hpp), the same code for Serial
+// and OpenMP: compiled once, in backends/host/host_chunks_<algorithm>.cpp (Serial and
+// OpenMP compiled their own copies: 2.8 MB of each kernel file's object code was the other's).
+// A chunk function is chosen per launch on the host and called per chunk.
+#define KOPT_HOST_CHUNK_FN(prefix, Policy)                                                 \
+  prefix template Impl::HostChunkFn<Policy> Impl::host_chunk_fn<Policy>(DType, DType, int, \
+                                                                        const StateStorage&);
+#define KOPT_EXTERN_HOST_CHUNK_FN(unused, Policy) KOPT_HOST_CHUNK_FN(extern, Policy)
+KOPT_FOR_EACH_POLICY(KOPT_EXTERN_HOST_CHUNK_FN, )
+#undef KOPT_EXTERN_HOST_CHUNK_FN
 }  // namespace kopt

@@ -52,6 +52,39 @@ void classify_entries(
   }
 }
 
+/// What an engine's step plan (chunk tables, slots, classes) was built for: the registry's
+/// version (bumped by every add, rebind, dtype or group change) and each group's policy
+/// variant (a config change may pick another compiled update without touching the
+/// registry). A plan is reused while both hold; both engines keep one.
+template <class Policy>
+class PlanStamp {
+ public:
+  bool current(const ParamRegistry& registry) const {
+    if (!valid_ || version_ != registry.version() || variants_.size() != registry.num_groups())
+      return false;
+    for (std::size_t g = 0; g < registry.num_groups(); ++g)
+      if (variant_of(registry, g) != variants_[g]) return false;
+    return true;
+  }
+  /// Called once a plan is built for the registry as it is now.
+  void take(const ParamRegistry& registry) {
+    variants_.resize(registry.num_groups());
+    for (std::size_t g = 0; g < registry.num_groups(); ++g) variants_[g] = variant_of(registry, g);
+    version_ = registry.version();
+    valid_ = true;
+  }
+  /// The next step plans again (arrays moved, masters to sync, a build that failed).
+  void clear() { valid_ = false; }
+
+ private:
+  static int variant_of(const ParamRegistry& registry, std::size_t g) {
+    return Policy::variant(std::get<typename Policy::Config>(registry.config(g)));
+  }
+  bool valid_ = false;
+  std::uint64_t version_ = 0;
+  std::vector<int> variants_;
+};
+
 /// Which params have an fp32 master, and where: the local engine keeps one per 16-bit param
 /// (ParamEntry::master_offset; an f32 param is its own master), the offload engine one per
 /// param at its state offset (an f32 param's host copy; not part of its state). Masters of

@@ -86,17 +86,7 @@ void FusedOptimizer<ExecSpace, Policy>::ensure_state_() {
   }
   if (!moved) return;
   signature_.clear();  // arrays moved: rebuild the chunk tables and the slots
-  planned_ = false;
-}
-
-template <class ExecSpace, class Policy>
-bool FusedOptimizer<ExecSpace, Policy>::plan_current_() const {
-  if (!planned_ || planned_version_ != registry_.version() ||
-      planned_variants_.size() != registry_.num_groups())
-    return false;
-  for (std::size_t g = 0; g < registry_.num_groups(); ++g)
-    if (Policy::variant(config(g)) != planned_variants_[g]) return false;
-  return true;
+  planned_.clear();
 }
 
 template <class ExecSpace, class Policy>
@@ -243,7 +233,7 @@ void FusedOptimizer<ExecSpace, Policy>::build_classes_(const std::vector<int>& s
 template <class ExecSpace, class Policy>
 void FusedOptimizer<ExecSpace, Policy>::prepare_step() {
   ensure_state_();
-  if (!plan_current_()) build_plan_();
+  if (!planned_.current(registry_)) build_plan_();
   // Refused here, before any engine of an optimizer launches anything: no step overflows.
   for (const ScalarSet& set : sets_)
     KOPT_THROW_IF(set.step >= max_step_count,
@@ -253,7 +243,7 @@ void FusedOptimizer<ExecSpace, Policy>::prepare_step() {
 
 template <class ExecSpace, class Policy>
 void FusedOptimizer<ExecSpace, Policy>::build_plan_() {
-  planned_ = false;  // until every table below is built
+  planned_.clear();  // until every table below is built
   // Which kernel class each param falls in this step (0: no grad, skipped).
   std::vector<int>& signature = next_signature_;  // members: no host allocation per step
   std::vector<ClassKey>& keys = next_keys_;
@@ -273,11 +263,7 @@ void FusedOptimizer<ExecSpace, Policy>::build_plan_() {
   if (sync != sync_entries_) build_sync_(sync);
   fill_slots_();
   stage_.plan(exec_, label_, registry_, updated_, slots_host_);
-  planned_variants_.assign(registry_.num_groups(), 0);
-  for (std::size_t g = 0; g < registry_.num_groups(); ++g)
-    planned_variants_[g] = Policy::variant(config(g));
-  planned_version_ = registry_.version();
-  planned_ = true;
+  planned_.take(registry_);
 }
 
 template <class ExecSpace, class Policy>
@@ -404,7 +390,7 @@ void FusedOptimizer<ExecSpace, Policy>::reload_model_params() {
   // already rounds to the param (a checkpoint's exact fp32 value) and taking the param
   // wherever the training code wrote other weights.
   registry_.reload_all();
-  planned_ = false;  // the next step builds its sync tables
+  planned_.clear();  // the next step builds its sync tables
 }
 
 template <class ExecSpace, class Policy>
@@ -486,7 +472,7 @@ void FusedOptimizer<ExecSpace, Policy>::write_state(const std::string& name, std
 template <class ExecSpace, class Policy>
 void FusedOptimizer<ExecSpace, Policy>::commit_state(const std::string& name, std::int64_t step) {
   state_.commit(registry_, name, step);
-  planned_ = false;  // its scalar row and sync table change
+  planned_.clear();  // its scalar row and sync table change
 }
 
 template <class ExecSpace, class Policy>

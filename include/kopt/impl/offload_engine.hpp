@@ -121,8 +121,7 @@ class OffloadEngine final : public Engine {
     return i;
   }
   void plan_();
-  bool plan_current_() const;  ///< the registry and the groups' variants are as planned
-  void build_plan_();          ///< batches, slots and norm chunks for signature_
+  void build_plan_();  ///< batches, slots and norm chunks for signature_
   void build_batches_(const std::vector<std::size_t>& entries, bool with_kernels);
   unsigned char* grad_stage_(std::size_t batch) const;
   unsigned char* param_stage_(std::size_t batch) const;
@@ -159,8 +158,7 @@ class OffloadEngine final : public Engine {
   std::vector<ClassKey> keys_;
   std::vector<Segment> segments_;
   std::vector<SegmentPlan> segment_plans_;  ///< per segment
-  std::uint64_t planned_version_ = 0;       ///< registry_.version() when planned
-  std::vector<int> planned_variants_;       ///< each group's variant when planned
+  PlanStamp<Policy> planned_;               ///< what the plan was built for
   std::vector<Batch> batches_;
   std::vector<ClassRange> ranges_;
   std::vector<Chunk> host_chunks_;            ///< slot = segment index

@@ -171,17 +171,6 @@ void OffloadEngine<DeviceExec, StateMem, Policy>::build_batches_(
 }
 
 template <class DeviceExec, class StateMem, class Policy>
-bool OffloadEngine<DeviceExec, StateMem, Policy>::plan_current_() const {
-  if (signature_.empty() || planned_version_ != registry_.version() ||
-      planned_variants_.size() != registry_.num_groups())
-    return false;
-  for (std::size_t g = 0; g < registry_.num_groups(); ++g)
-    if (Policy::variant(std::get<Config>(registry_.config(g))) != planned_variants_[g])
-      return false;
-  return true;
-}
-
-template <class DeviceExec, class StateMem, class Policy>
 void OffloadEngine<DeviceExec, StateMem, Policy>::plan_() {
   ensure_state_();
   const auto check_steps = [&](std::size_t i) {
@@ -190,7 +179,8 @@ void OffloadEngine<DeviceExec, StateMem, Policy>::plan_() {
                          << registry_.step(i)
                          << " steps, the most kopt counts (kopt::max_step_count)");
   };
-  if (plan_current_()) {  // the same params with grads, in the same classes: checked alone
+  // The same params with grads, in the same classes: only the step counts are checked.
+  if (!signature_.empty() && planned_.current(registry_)) {
     for (std::size_t i = 0; i < signature_.size(); ++i)
       if (signature_[i] > 0) check_steps(i);
     return;
@@ -208,10 +198,7 @@ void OffloadEngine<DeviceExec, StateMem, Policy>::plan_() {
     signature_.clear();  // no plan cached: the next call builds it again
     throw;
   }
-  planned_version_ = registry_.version();
-  planned_variants_.clear();
-  for (std::size_t g = 0; g < registry_.num_groups(); ++g)
-    planned_variants_.push_back(Policy::variant(std::get<Config>(registry_.config(g))));
+  planned_.take(registry_);
 }
 
 template <class DeviceExec, class StateMem, class Policy>

@@ -3,12 +3,12 @@
 /// The fused update kernel over a chunk table: many tensors, one launch, any algorithm (the
 /// element update is its policy's, kopt/impl/policy.hpp).
 ///
-/// A group's tensors are cut into chunks of at most chunk_size elements; one work item (a
-/// host iteration, or a device team) updates one chunk, so a step over 10,000 small
-/// tensors is one launch of about the same cost as one tensor of the same total size.
-/// Per-tensor pointers sit in a slot table, read once per chunk; each slot names its step
-/// scalars in a table with one row per (group, step count) in use, so a steady-state step
-/// rewrites that small table and not one slot per tensor.
+/// A group's tensors are cut into chunks of at most chunk_size elements (chunk_table.hpp);
+/// one work item (a host iteration, or a device team) updates one chunk, so a step over
+/// 10,000 small tensors is one launch of about the same cost as one tensor of the same total
+/// size. Per-tensor pointers sit in a slot table, read once per chunk; each slot names its
+/// step scalars in a table with one row per (group, step count) in use, so a steady-state
+/// step rewrites that small table and not one slot per tensor.
 
 #include <Kokkos_Core.hpp>
 #include <algorithm>
@@ -16,12 +16,13 @@
 #include <cassert>
 #include <cstdint>
 #include <kopt/compat.hpp>
+#include <kopt/impl/chunk_table.hpp>
 #include <kopt/impl/element_update.hpp>
 #include <kopt/impl/fault_injection.hpp>
-#include <kopt/impl/host_loops.hpp>
-#include <kopt/impl/paired_loop.hpp>
+#include <kopt/impl/host_chunks.hpp>
 #include <kopt/impl/param_remainder.hpp>
 #include <kopt/impl/team_paths.hpp>
+#include <kopt/impl/update_dispatch.hpp>
 #include <kopt/state_storage.hpp>
 #include <kopt/storage_types.hpp>
 #include <kopt/tensor.hpp>
@@ -32,65 +33,10 @@
 
 namespace kopt::Impl {
 
-/// One parameter's memory and this step's scalars, as the kernel sees them.
-struct UpdateSlot {
-  void* param = nullptr;               ///< ParamT*
-  const void* grad = nullptr;          ///< GradT*
-  float* master = nullptr;             ///< fp32 master of a 16-bit param, else null
-  std::uint16_t* remainder = nullptr;  ///< or its remainder (MasterStorage::remainder)
-  void* state[max_state_arrays] = {};  ///< the policy's arrays (float, bfloat16 or
-                                       ///< float16: StateDTypes); null where not kept
-  std::int32_t scalar_set = 0;         ///< row of the launch's step-scalar table
-  std::uint64_t rounding_stream = 0;   ///< Rounding::stochastic: rounding_stream(seed, name)
-  std::int64_t first_index = 0;        ///< element 0's index in the whole tensor
-  DType grad_dtype = DType::f32;       ///< for the norm, which reads grads of every dtype at once
-  std::int64_t cols = 0;  ///< a row-factored policy's row length (its apply slots only)
-};
-
-/// Elements [begin, end) of slot `slot`.
-struct Chunk {
-  std::int64_t begin;
-  std::int64_t end;
-  std::int32_t slot;
-};
-
-/// Elements per chunk: long enough to amortize the slot read and vectorize on the host,
-/// short enough to balance threads and keep a device team's work small.
-template <class ExecSpace>
-inline constexpr std::int64_t chunk_size = runs_on_host<ExecSpace> ? 8192 : 4096;
-/// Threads per team on devices.
-inline constexpr int device_team_size = 256;
-
-/// Appends the chunks covering `numel` elements of slot `slot`.
-inline void append_chunks(std::vector<Chunk>& chunks, std::size_t slot, std::int64_t numel,
-                          std::int64_t chunk) {
-  for (std::int64_t b = 0; b < numel; b += chunk)
-    chunks.push_back(Chunk{b, std::min(numel, b + chunk), static_cast<std::int32_t>(slot)});
-}
-
-/// A device copy of a host chunk list, labelled.
-template <class ExecSpace>
-Kokkos::View<Chunk*, typename ExecSpace::memory_space> upload_chunks(
-    const ExecSpace& exec, const std::string& label, const std::vector<Chunk>& chunks) {
-  allocation_point();
-  Kokkos::View<Chunk*, typename ExecSpace::memory_space> dev(
-      Kokkos::view_alloc(Kokkos::WithoutInitializing, label), chunks.size());
-  Kokkos::View<const Chunk*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> host(
-      chunks.data(), chunks.size());
-  Kokkos::deep_copy(exec, dev, host);
-  // `chunks` is caller-owned and may die right after: make sure the copy has read it.
-  fence(exec, "kopt::upload_chunks");
-  return dev;
-}
-
-/// Whether a policy's state arrays may be q8 (its config's q8_square_arrays).
-template <class Policy>
-inline constexpr bool has_q8_state = requires {
-  Policy::Config::q8_square_arrays;
-};
-
-/// The fused update of every chunk in `chunks_`; the policy's variant V, ParamT/GradT and the
-/// state's form F are chosen once on the host, so the element loop has no branch on them.
+/// The fused update of every chunk in `chunks_` on a device (and on the host under
+/// ScopedTeamPaths; host spaces otherwise take HostUpdateFunctor, kopt/impl/host_chunks.hpp):
+/// a team per chunk. The policy's variant V, ParamT/GradT and the state's form F are chosen
+/// once on the host, so the element loop has no branch on them.
 /// `Q8`: a NarrowState launch with a q8 array, whose device teams give each block a warp
 /// (q8_blocks); a kernel of its own, as its scratch, reductions and registers would slow the
 /// element loop of every other launch.
@@ -113,46 +59,13 @@ struct FusedUpdateFunctor {
 
   static constexpr bool narrow = std::is_same_v<StateT, NarrowState>;
 
-  /// The step scalars of chunk `chunk`: its row's, with its param's rate where the policy
-  /// has tensor sums.
-  KOKKOS_FORCEINLINE_FUNCTION Scalars scalars_of(const Chunk& chunk, const UpdateSlot& slot) const {
-    Scalars s = scalars_(slot.scalar_set);
-    if constexpr (
-        requires { Policy::tensor_sums; } || requires { Policy::tensor_stage; })
-      s.rate = rates_(chunk.slot);
-    return s;
-  }
-
-  /// Host: one chunk per iteration.
-  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t c) const {
-    const Chunk chunk = chunks_(c);
-    const UpdateSlot& slot = slots_(chunk.slot);
-    auto* param = static_cast<ParamT*>(slot.param);
-    const auto* grad = static_cast<const GradT*>(slot.grad);
-    const Scalars s = scalars_of(chunk, slot);
-    if constexpr (row_factored<Policy>)
-      row_segments(chunk, slot, param, grad, s);
-    else if constexpr (narrow)
-      narrow_host_loop<Policy, V, ParamT, GradT, F>(chunk.begin, chunk.end, param, grad,
-                                                    master_of(slot), slot.state[0], slot.state[1],
-                                                    slot.state[2], dtypes_, s, rounding_of(slot));
-    else if constexpr (paired_form<Policy, V, ParamT, GradT, F>)
-      paired_host_loop<Policy, V, ParamT, GradT, F>(
-          chunk.begin, chunk.end, param, grad, master_of(slot), state_of(slot, 0),
-          state_of(slot, 1), state_of(slot, 2), s, rounding_of(slot));
-    else
-      fused_host_loop<Policy, V, ParamT, GradT, F>(
-          chunk.begin, chunk.end, param, grad, master_of(slot), state_of(slot, 0),
-          state_of(slot, 1), state_of(slot, 2), s, rounding_of(slot));
-  }
-
-  /// Device: one team per chunk, its threads striding through it (coalesced).
+  /// One team per chunk, its threads striding through it (coalesced).
   template <class Member>
   KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
     const Chunk chunk = chunks_(team.league_rank());
     const UpdateSlot& slot = slots_(chunk.slot);
-    const Scalars s = scalars_of(chunk, slot);
-    const ChunkRounding r = rounding_of(slot);
+    const Scalars s = chunk_scalars<Policy>(scalars_, rates_, chunk, slot);
+    const ChunkRounding r = chunk_rounding(std::is_same_v<MasterT, RoundStochastic>, steps_, slot);
     auto* param = static_cast<ParamT*>(slot.param);
     const auto* grad = static_cast<const GradT*>(slot.grad);
     if constexpr (Q8) return q8_blocks(team, chunk, slot, param, grad, s, r);
@@ -164,14 +77,15 @@ struct FusedUpdateFunctor {
         float a0 = static_cast<const float*>(slot.state[0])[i - row * slot.cols], a1 = 0.0f,
               a2 = 0.0f;
         update_param<Policy, V, ParamT, GradT, Form<MasterT, float>>(
-            i, param, grad, master_of(slot), a0, a1, a2, sr, r);
+            i, param, grad, slot_master<F>(slot), a0, a1, a2, sr, r);
       } else if constexpr (narrow) {
-        narrow_element<Policy, V, ParamT, GradT, F>(i, param, grad, master_of(slot), slot.state[0],
-                                                    slot.state[1], slot.state[2], dtypes_, s, r);
+        narrow_element<Policy, V, ParamT, GradT, F>(i, param, grad, slot_master<F>(slot),
+                                                    slot.state[0], slot.state[1], slot.state[2],
+                                                    dtypes_, s, r);
       } else
-        fused_element<Policy, V, ParamT, GradT, F>(i, param, grad, master_of(slot),
-                                                   state_of(slot, 0), state_of(slot, 1),
-                                                   state_of(slot, 2), s, r);
+        fused_element<Policy, V, ParamT, GradT, F>(i, param, grad, slot_master<F>(slot),
+                                                   slot_state<F>(slot, 0), slot_state<F>(slot, 1),
+                                                   slot_state<F>(slot, 2), s, r);
     }
   }
 
@@ -209,7 +123,7 @@ struct FusedUpdateFunctor {
         for (int k = 0; k < static_cast<int>(max_state_arrays); ++k)
           if ((kept >> k & 1u) != 0) a[k] = dtypes_.load(k, slot.state[k], i);
         update_param<Policy, V, ParamT, GradT, Form<MasterT, float>>(
-            i, param, grad, master_of(slot), a[0], a[1], a[2], s, r);
+            i, param, grad, slot_master<F>(slot), a[0], a[1], a[2], s, r);
         for (int k = 0; k < static_cast<int>(max_state_arrays); ++k) {
           if ((kept >> k & 1u) == 0) continue;
           if (dtypes_.of[k] == DType::q8)
@@ -241,64 +155,25 @@ struct FusedUpdateFunctor {
       }
     }
   }
-
-  /// Host, a row-factored policy: the chunk in runs within one row each, every run the
-  /// fp32-state loop with the row's factor in the scalars and the column factors as the
-  /// first array (read, not written: the update does not change it).
-  KOKKOS_INLINE_FUNCTION void row_segments(const Chunk& chunk, const UpdateSlot& slot,
-                                           ParamT* param, const GradT* grad,
-                                           const Scalars& s) const {
-    constexpr bool stored =
-        std::is_same_v<MasterT, float> || std::is_same_v<MasterT, std::uint16_t>;
-    float* cols = static_cast<float*>(slot.state[0]);
-    const auto* rows = static_cast<const float*>(slot.state[1]);
-    const ChunkRounding r = rounding_of(slot);
-    for (std::int64_t i = chunk.begin; i < chunk.end;) {
-      const std::int64_t row = i / slot.cols, j = i - row * slot.cols;
-      const std::int64_t n = chunk.end - i < slot.cols - j ? chunk.end - i : slot.cols - j;
-      Scalars sr = s;
-      sr.row = rows[row];
-      MasterT* m = nullptr;
-      if constexpr (stored && !std::is_same_v<ParamT, float>) m = master_of(slot) + i;
-      fused_host_loop<Policy, V, ParamT, GradT, Form<MasterT, float>>(
-          0, n, param + i, grad + i, m, cols + j, nullptr, nullptr, sr,
-          ChunkRounding{r.key, r.first + i});
-      i += n;
-    }
-  }
-
-  KOKKOS_FORCEINLINE_FUNCTION ChunkRounding rounding_of(const UpdateSlot& slot) const {
-    if constexpr (std::is_same_v<MasterT, RoundStochastic>)
-      return ChunkRounding{rounding_key(slot.rounding_stream, steps_(slot.scalar_set)),
-                           slot.first_index};
-    else
-      return ChunkRounding{};
-  }
-
-  /// Array k as the compiled form's element type (float or bfloat16; not NarrowState).
-  KOKKOS_FORCEINLINE_FUNCTION static auto* state_of(const UpdateSlot& slot, int k) {
-    using T = std::conditional_t<narrow, float, StateT>;
-    return static_cast<T*>(slot.state[k]);
-  }
-
-  KOKKOS_FORCEINLINE_FUNCTION static MasterT* master_of(const UpdateSlot& slot) {
-    if constexpr (std::is_same_v<MasterT, float>)
-      return slot.master;
-    else if constexpr (std::is_same_v<MasterT, std::uint16_t>)
-      return slot.remainder;
-    else
-      return nullptr;  // none stored
-  }
 };
 
-/// Launches `functor` over `num_chunks` chunks on `exec`: a range over chunks on the host,
-/// a league of teams on devices (and on the host under ScopedTeamPaths, with teams as large
-/// as the space allows up to device_team_size: OpenMP's threads, Serial's one). Every kopt
-/// chunk kernel goes through here.
+/// Launches `functor` over `num_chunks` chunks on host space `exec`, one iteration per chunk,
+/// dynamically scheduled (chunks of small params cost less than full ones).
 template <class ExecSpace, class Functor>
-void launch_chunks(const ExecSpace& exec, const std::string& label, std::int64_t num_chunks,
-                   const Functor& functor) {
-  if (num_chunks == 0) return;
+void launch_range(const ExecSpace& exec, const std::string& label, std::int64_t num_chunks,
+                  const Functor& functor) {
+  Kokkos::parallel_for(label,
+                       Kokkos::RangePolicy<ExecSpace, Kokkos::Schedule<Kokkos::Dynamic>,
+                                           Kokkos::IndexType<std::int64_t>>(exec, 0, num_chunks),
+                       functor);
+}
+
+/// Launches `functor` over `num_chunks` chunks as a league of teams: on devices, and on
+/// host spaces under ScopedTeamPaths, with teams as large as the space allows up to
+/// device_team_size (OpenMP's threads, Serial's one).
+template <class ExecSpace, class Functor>
+void launch_teams(const ExecSpace& exec, const std::string& label, std::int64_t num_chunks,
+                  const Functor& functor) {
   // Scratch, for kernels that ask for it (team_scratch_bytes, thread_scratch_bytes).
   const auto with_scratch = [&](Kokkos::TeamPolicy<ExecSpace> policy) {
     if constexpr (requires { functor.team_scratch_bytes(); })
@@ -310,21 +185,14 @@ void launch_chunks(const ExecSpace& exec, const std::string& label, std::int64_t
     return policy;
   };
   if constexpr (runs_on_host<ExecSpace>) {
-    if (host_team_paths().load(std::memory_order_relaxed)) {
-      const auto probe =
-          with_scratch(Kokkos::TeamPolicy<ExecSpace>(exec, static_cast<int>(num_chunks), 1));
-      const int size =
-          std::min(device_team_size, probe.team_size_max(functor, Kokkos::ParallelForTag()));
-      Kokkos::parallel_for(
-          label,
-          with_scratch(Kokkos::TeamPolicy<ExecSpace>(exec, static_cast<int>(num_chunks), size)),
-          functor);
-      return;
-    }
-    Kokkos::parallel_for(label,
-                         Kokkos::RangePolicy<ExecSpace, Kokkos::Schedule<Kokkos::Dynamic>,
-                                             Kokkos::IndexType<std::int64_t>>(exec, 0, num_chunks),
-                         functor);
+    const auto probe =
+        with_scratch(Kokkos::TeamPolicy<ExecSpace>(exec, static_cast<int>(num_chunks), 1));
+    const int size =
+        std::min(device_team_size, probe.team_size_max(functor, Kokkos::ParallelForTag()));
+    Kokkos::parallel_for(
+        label,
+        with_scratch(Kokkos::TeamPolicy<ExecSpace>(exec, static_cast<int>(num_chunks), size)),
+        functor);
   } else {
     // Vector lanes per team thread on devices (vector_lanes; 1 where not given).
     constexpr int lanes = [] {
@@ -340,23 +208,17 @@ void launch_chunks(const ExecSpace& exec, const std::string& label, std::int64_t
   }
 }
 
-/// Calls `f` with a value of the C++ element type of `dtype` (float, bfloat16, float16).
-template <class F>
-void visit_update_dtype(DType dtype, F&& f) {
-  switch (dtype) {
-    case DType::f32:
-      f(float{});
-      return;
-    case DType::bf16:
-      f(bfloat16{});
-      return;
-    case DType::f16:
-      f(float16{});
-      return;
-    default:
-      break;
-  }
-  assert(false && "kopt: no kernel for this dtype; the registry should have refused it");
+/// Launches `functor` over `num_chunks` chunks on `exec`: a range over chunks on the host,
+/// a league of teams on devices (and on the host under ScopedTeamPaths). Every kopt chunk
+/// kernel goes through here, or through launch_range and launch_teams as it does.
+template <class ExecSpace, class Functor>
+void launch_chunks(const ExecSpace& exec, const std::string& label, std::int64_t num_chunks,
+                   const Functor& functor) {
+  if (num_chunks == 0) return;
+  if constexpr (runs_on_host<ExecSpace>)
+    if (!host_team_paths().load(std::memory_order_relaxed))
+      return launch_range(exec, label, num_chunks, functor);
+  launch_teams(exec, label, num_chunks, functor);
 }
 
 /// The master element a 16-bit param's next update starts from, after the training code may
@@ -456,54 +318,10 @@ void launch_sync(const ExecSpace& exec, const std::string& label, DType dtype,
   });
 }
 
-/// Bit k: the policy's array k, stored as q8, holds its square roots (its config's
-/// q8_square_arrays; 0 for an algorithm without q8 state).
-template <class Policy>
-constexpr unsigned q8_roots_of() {
-  if constexpr (requires { Policy::Config::q8_square_arrays; })
-    return Policy::Config::q8_square_arrays;
-  else
-    return 0u;
-}
-
-/// Calls f(std::integral_constant<int, V>{}) for the policy variant V == `variant`.
-template <class Policy, int V = 0, class F>
-void visit_variant(int variant, F&& f) {
-  if constexpr (V < Policy::num_variants) {
-    if (variant == V) return f(std::integral_constant<int, V>{});
-    visit_variant<Policy, V + 1>(variant, std::forward<F>(f));
-  } else {
-    assert(false && "kopt: no such variant of the policy");
-  }
-}
-
-/// Calls f(Form<M, S>{}) for the form of `storage` over a param of type ParamT: S float when
-/// every state array is f32, bfloat16 when every one is bf16, else NarrowState; M of
-/// storage.master (an f32 param is its own master whatever it says; remainders and stochastic
-/// rounding are of bf16 params, which the engines check).
-template <class ParamT, class Fn>
-void visit_form(const StateStorage& storage, Fn&& f) {
-  const auto with_master = [&](auto master) {
-    using M = decltype(master);
-    if (storage.wide()) return f(Form<M, float>{});
-    if (storage.all(DType::bf16)) return f(Form<M, bfloat16>{});
-    return f(Form<M, NarrowState>{});
-  };
-  if constexpr (!std::is_same_v<ParamT, float>) {
-    if (storage.master == MasterStorage::none && storage.rounding == Rounding::nearest)
-      return with_master(RoundToNearest{});
-  }
-  if constexpr (std::is_same_v<ParamT, bfloat16>) {
-    if (storage.master == MasterStorage::remainder) return with_master(std::uint16_t{});
-    if (storage.master == MasterStorage::none) return with_master(RoundStochastic{});
-  }
-  assert((std::is_same_v<ParamT, float> || storage.master == MasterStorage::f32));
-  return with_master(float{});
-}
-
 /// Launches the fused update of `chunks` for one kernel class: the dtypes, the policy's
 /// variant and the state's form (`storage`) are chosen here, once, so the element loop has
-/// no branch on them.
+/// no branch on them. Host spaces run the chunk function compiled for them all
+/// (host_chunk_fn), devices and ScopedTeamPaths a team kernel per combination.
 template <class ExecSpace, class Policy>
 void launch_update(
     const ExecSpace& exec, const std::string& label, DType param, DType grad, int variant,
@@ -516,6 +334,16 @@ void launch_update(
   // Stochastic rounding keys its bits by each row's step.
   assert(storage.rounding != Rounding::stochastic || steps.extent(0) >= scalars.extent(0));
   const auto n = static_cast<std::int64_t>(chunks.extent(0));
+  if (n == 0) return;
+  const StateDTypes dtypes = StateDTypes::from(storage, q8_roots_of<Policy>());
+  if constexpr (runs_on_host<ExecSpace>) {
+    if (!host_team_paths().load(std::memory_order_relaxed))
+      return launch_range(
+          exec, label, n,
+          HostUpdateFunctor<ExecSpace, Policy>{host_chunk_fn<Policy>(param, grad, variant, storage),
+                                               slots, scalars, chunks, steps, rates, dtypes,
+                                               storage.rounding == Rounding::stochastic});
+  }
   visit_update_dtype(param, [&](auto param_type) {
     visit_update_dtype(grad, [&](auto grad_type) {
       visit_variant<Policy>(variant, [&](auto v) {
@@ -524,11 +352,10 @@ void launch_update(
         visit_form<P>(storage, [&](auto form) {
           using F = decltype(form);
           const auto launch = [&](auto q8) {
-            launch_chunks(exec, label, n,
-                          FusedUpdateFunctor<ExecSpace, Policy, decltype(v)::value, P, G, F,
-                                             decltype(q8)::value>{
-                              slots, scalars, chunks, steps,
-                              StateDTypes::from(storage, q8_roots_of<Policy>()), rates});
+            launch_teams(exec, label, n,
+                         FusedUpdateFunctor<ExecSpace, Policy, decltype(v)::value, P, G, F,
+                                            decltype(q8)::value>{slots, scalars, chunks, steps,
+                                                                 dtypes, rates});
           };
           if constexpr (has_q8_state<Policy> && std::is_same_v<typename F::StateT, NarrowState>)
             if (storage.any(DType::q8)) return launch(std::true_type{});
