@@ -179,12 +179,16 @@ class FusedOptimizer {
   using ClassKey = Impl::ClassKey;
   struct KernelClass {
     ClassKey key;
-    Kokkos::View<Impl::Chunk*, memory_space> chunks;
+    Kokkos::View<Impl::Chunk*, memory_space> chunks;  ///< each param's own
+    /// What the update launches: `chunks` with params that continue each other joined
+    /// (kopt/impl/chunk_runs.hpp); `chunks` itself where none do.
+    Kokkos::View<Impl::Chunk*, memory_space> runs;
   };
 
   void ensure_state_();
   void build_plan_();  ///< prepare_step()'s: classes, sync tables, slots, scalar sets
   void fill_slots_();
+  void join_runs_();  ///< each class's runs, from the slots
   void build_sync_(const std::vector<std::size_t>& entries);
   FloatView synced_master_(std::size_t i);  ///< entry i's master as its next update takes it
   void build_classes_(const std::vector<int>& signature, const std::vector<ClassKey>& keys);

@@ -262,8 +262,38 @@ void FusedOptimizer<ExecSpace, Policy>::build_plan_() {
       sync.push_back(i);
   if (sync != sync_entries_) build_sync_(sync);
   fill_slots_();
+  join_runs_();
   stage_.plan(exec_, label_, registry_, updated_, slots_host_);
   planned_.take(registry_);
+}
+
+template <class ExecSpace, class Policy>
+void FusedOptimizer<ExecSpace, Policy>::join_runs_() {
+  // Not for policies whose update reads per-param values through the chunk's slot (rates,
+  // stages, row factors).
+  constexpr bool per_param =
+      Impl::has_tensor_sums<Policy> || Impl::has_tensor_stage<Policy> || Impl::row_factored<Policy>;
+  std::vector<std::size_t> order;
+  std::vector<Impl::Chunk> runs;
+  for (std::size_t c = 0; c < classes_.size(); ++c) {
+    KernelClass& kc = classes_[c];
+    kc.runs = kc.chunks;  // valid whatever fails below
+    if constexpr (per_param) continue;
+    Impl::SlotDTypes d{kc.key.param, kc.key.grad, {}};
+    for (std::size_t k = 0; k < max_state_arrays; ++k) d.state[k] = state_.dtype(k);
+    order.clear();
+    for (std::size_t i = 0; i < signature_.size(); ++i)
+      if (signature_[i] == static_cast<int>(c) + 1) order.push_back(i);
+    runs.clear();
+    Impl::append_runs(
+        runs, order, [&](std::size_t i) { return registry_[i].param.numel; },
+        [&](std::size_t a, std::int64_t n, std::size_t b) {
+          return Impl::slot_continues(slots_host_(a), n, slots_host_(b), d);
+        },
+        Impl::chunk_size<ExecSpace>);
+    if (runs.size() < kc.chunks.extent(0))
+      kc.runs = Impl::upload_chunks(exec_, label_ + "::runs", runs);
+  }
 }
 
 template <class ExecSpace, class Policy>
@@ -364,7 +394,7 @@ void FusedOptimizer<ExecSpace, Policy>::step(double grad_scale,
     for (const KernelClass& kc : classes_)
       Impl::launch_update<ExecSpace, Policy>(exec_, label_ + "::update", kc.key.param, kc.key.grad,
                                              kc.key.variant, state_.storage(), slots_, scalars_,
-                                             row_steps_, kc.chunks, rates_.rates());
+                                             row_steps_, kc.runs, rates_.rates());
   }
   for (const std::size_t i : updated_) registry_.advance(i);  // the master leads from now on
   for (ScalarSet& set : sets_) ++set.step;  // its params all stepped: still one row

@@ -16,6 +16,7 @@
 #include <cassert>
 #include <cstdint>
 #include <kopt/compat.hpp>
+#include <kopt/impl/chunk_runs.hpp>
 #include <kopt/impl/chunk_table.hpp>
 #include <kopt/impl/element_update.hpp>
 #include <kopt/impl/fault_injection.hpp>
@@ -335,6 +336,7 @@ void launch_update(
   assert(storage.rounding != Rounding::stochastic || steps.extent(0) >= scalars.extent(0));
   const auto n = static_cast<std::int64_t>(chunks.extent(0));
   if (n == 0) return;
+  launched_update_chunks().fetch_add(static_cast<std::uint64_t>(n), std::memory_order_relaxed);
   const StateDTypes dtypes = StateDTypes::from(storage, q8_roots_of<Policy>());
   if constexpr (runs_on_host<ExecSpace>) {
     if (!host_team_paths().load(std::memory_order_relaxed))
