@@ -57,6 +57,18 @@ inline constexpr bool row_factored = requires {
   Policy::row_factored;
 };
 
+/// Whether a policy's update takes a rate per param (LAMB's trust ratio from its tensor sums,
+/// Muon's and Adafactor's from their tensor stage: kopt/impl/tensor_rates.hpp,
+/// tensor_stage.hpp), set in a chunk's scalars from its slot's entry of the rates.
+template <class Policy>
+inline constexpr bool param_rated = (requires { Policy::tensor_sums; }) ||
+                                    (requires { Policy::tensor_stage; });
+
+/// Whether a policy's update reads values of its chunk's own param (a rate, row factors): its
+/// chunks are never joined into runs across params (kopt/impl/chunk_runs.hpp).
+template <class Policy>
+inline constexpr bool reads_param_values = param_rated<Policy> || row_factored<Policy>;
+
 /// The arrays variant V's update binds: those it keeps, and a row-factored policy's column
 /// factors.
 template <class Policy, int V>

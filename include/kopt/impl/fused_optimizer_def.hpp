@@ -269,16 +269,12 @@ void FusedOptimizer<ExecSpace, Policy>::build_plan_() {
 
 template <class ExecSpace, class Policy>
 void FusedOptimizer<ExecSpace, Policy>::join_runs_() {
-  // Not for policies whose update reads per-param values through the chunk's slot (rates,
-  // stages, row factors).
-  constexpr bool per_param =
-      Impl::has_tensor_sums<Policy> || Impl::has_tensor_stage<Policy> || Impl::row_factored<Policy>;
   std::vector<std::size_t> order;
   std::vector<Impl::Chunk> runs;
   for (std::size_t c = 0; c < classes_.size(); ++c) {
     KernelClass& kc = classes_[c];
     kc.runs = kc.chunks;  // valid whatever fails below
-    if constexpr (per_param) continue;
+    if constexpr (Impl::reads_param_values<Policy>) continue;
     Impl::SlotDTypes d{kc.key.param, kc.key.grad, {}};
     for (std::size_t k = 0; k < max_state_arrays; ++k) d.state[k] = state_.dtype(k);
     order.clear();

@@ -43,17 +43,14 @@ KOKKOS_FORCEINLINE_FUNCTION auto* slot_state(const UpdateSlot& slot, int k) {
   return static_cast<T*>(slot.state[k]);
 }
 
-/// The step scalars of a chunk: its row's, with its param's rate where the policy has tensor
-/// sums or a tensor stage (kopt/impl/tensor_rates.hpp, tensor_stage.hpp).
+/// The step scalars of a chunk: its row's, with its param's rate where the policy has one.
 template <class Policy, class ScalarsView, class RatesView>
 KOKKOS_FORCEINLINE_FUNCTION typename Policy::Scalars chunk_scalars(const ScalarsView& scalars,
                                                                    const RatesView& rates,
                                                                    const Chunk& chunk,
                                                                    const UpdateSlot& slot) {
   typename Policy::Scalars s = scalars(slot.scalar_set);
-  if constexpr (
-      requires { Policy::tensor_sums; } || requires { Policy::tensor_stage; })
-    s.rate = rates(chunk.slot);
+  if constexpr (param_rated<Policy>) s.rate = rates(chunk.slot);
   return s;
 }
 
