@@ -4,7 +4,9 @@
 // params each in a buffer of its own (no run joins): bitwise the same params and state, in
 // fewer chunks, for every master form, 16-bit and q8 state, Adam, Lion and SGD; never for
 // stochastic rounding (keyed per param) or LAMB (a rate per param). A param without a grad
-// for a step, and then a step count of its own, splits the runs around it.
+// for a step, and then a step count of its own, splits the runs around it. The same on
+// offloaded groups, in one pipeline chunk or in chunks that cut params, against local params
+// apart (offload stages every param one after another, so its params apart join runs too).
 #include <gtest/gtest.h>
 
 #include <kopt/impl/chunk_runs.hpp>
@@ -21,31 +23,38 @@ using kopt::DType;
 // on blocks of 256); a param of no elements between two runs.
 const std::vector<std::int64_t> kSizes = {256, 512, 256, 100, 0, 256, 768};
 
-kopt::ParamGroup group_of(std::size_t g) {
+// Where the groups' state lives: beside the params, or offloaded (LAMB's group stays local:
+// offload does not run it) in the default pipeline chunk or in chunks of 512 elements, which
+// cut params (the runs then stop at each chunk's end).
+enum class Placement { local, offloaded, offloaded_cut };
+
+kopt::ParamGroup group_of(std::size_t g, Placement placement) {
+  const auto where = placement == Placement::local || g == 5 ? kopt::StatePlacement::with_params
+                                                             : kopt::StatePlacement::host;
   switch (g) {
     case 0:
-      return kopt::ParamGroup(kopt::AdamConfig{.weight_decay = 0.01});
+      return kopt::ParamGroup(kopt::AdamConfig{.weight_decay = 0.01}, where);
     case 1: {
-      kopt::ParamGroup p(kopt::AdamConfig{.lr = 2e-3});
+      kopt::ParamGroup p(kopt::AdamConfig{.lr = 2e-3}, where);
       p.set_master(kopt::MasterStorage::remainder).set_state_dtype(DType::bf16);
       return p;
     }
     case 2: {
-      kopt::ParamGroup p(kopt::AdamConfig{.lr = 3e-3, .amsgrad = true});
+      kopt::ParamGroup p(kopt::AdamConfig{.lr = 3e-3, .amsgrad = true}, where);
       p.set_state_dtype(DType::q8);
       return p;
     }
     case 3:
-      return kopt::ParamGroup(kopt::LionConfig{.lr = 1e-3});
+      return kopt::ParamGroup(kopt::LionConfig{.lr = 1e-3}, where);
     case 4: {
-      kopt::ParamGroup p(kopt::AdamConfig{.lr = 1e-2});
+      kopt::ParamGroup p(kopt::AdamConfig{.lr = 1e-2}, where);
       p.set_master(kopt::MasterStorage::none).set_rounding(kopt::Rounding::stochastic, 7);
       return p;
     }
     case 5:
-      return kopt::ParamGroup(kopt::LambConfig{.lr = 1e-2});
+      return kopt::ParamGroup(kopt::LambConfig{.lr = 1e-2}, where);
     default:
-      return kopt::ParamGroup(kopt::SgdConfig{.lr = 1e-2, .momentum = 0.9});
+      return kopt::ParamGroup(kopt::SgdConfig{.lr = 1e-2, .momentum = 0.9}, where);
   }
 }
 constexpr std::size_t kGroups = 7;  // the last: f32 params (SGD); the others bf16
@@ -59,7 +68,7 @@ struct Model {
   std::vector<kopt::Tensor> params, grads;  // as registered (grads: to give back)
 
   // `apart`: every param and grad in a buffer of its own, else cut from the flat buffers.
-  explicit Model(bool apart) {
+  Model(bool apart, Placement placement) {
     for (const auto n : kSizes) total += n;
     param16 = decltype(param16)("param16", total * (kGroups - 1));
     grad16 = decltype(grad16)("grad16", total * (kGroups - 1));
@@ -72,7 +81,7 @@ struct Model {
     for (std::int64_t i = 0; i < param32.extent_int(0); ++i) param32(i) = normal(rng);
     std::vector<kopt::ParamGroup> groups;
     for (std::size_t g = 0; g < kGroups; ++g) {
-      groups.push_back(group_of(g));
+      groups.push_back(group_of(g, placement));
       const bool wide = g + 1 == kGroups;
       std::int64_t at = wide ? 0 : static_cast<std::int64_t>(g) * total;
       for (std::size_t j = 0; j < kSizes.size(); ++j) {
@@ -91,7 +100,11 @@ struct Model {
         at += kSizes[j];
       }
     }
-    opt = std::make_unique<kopt::HybridOptimizer>(std::move(groups));
+    kopt::HybridOptions options;
+    if (placement == Placement::offloaded_cut) options.offload.chunk_elements = 512;
+    opt = std::make_unique<kopt::HybridOptimizer>(std::move(groups), options);
+    for (std::size_t g = 0; g < kGroups; ++g)
+      EXPECT_EQ(opt->is_offloaded(name(g, 0)), placement != Placement::local && g != 5);
   }
   static std::string name(std::size_t g, std::size_t j) {
     return "g" + std::to_string(g) + "p" + std::to_string(j);
@@ -135,8 +148,11 @@ struct Model {
   }
 };
 
-TEST(ChunkRuns, ParamsCutFromOneBufferStepAsRunsBitwiseLikeParamsApart) {
-  Model joined(false), apart(true);
+class ChunkRuns : public ::testing::TestWithParam<Placement> {};
+
+TEST_P(ChunkRuns, ParamsCutFromOneBufferStepAsRunsBitwiseLikeParamsApart) {
+  const Placement placement = GetParam();
+  Model joined(false, placement), apart(true, Placement::local);
   // 7 groups of 6 params with elements: 42 chunks each on its own; runs of 4 and 2 params
   // in the 5 groups that join (the empty param between them in neither): 10 + 2 x 6.
   for (unsigned s = 0; s < 8; ++s) {
@@ -149,10 +165,54 @@ TEST(ChunkRuns, ParamsCutFromOneBufferStepAsRunsBitwiseLikeParamsApart) {
     const std::uint64_t runs = s < 3 ? 2 : s < 5 ? 3 : 4;
     const std::uint64_t own = s >= 3 && s < 5 ? 5 : 6;
     EXPECT_EQ(b, 7 * own);
-    EXPECT_EQ(a, 5 * runs + 2 * own);
+    if (placement == Placement::offloaded_cut) {
+      EXPECT_GT(a, 5 * runs + 2 * own);  // pipeline chunks of 512 cut runs and params
+    } else {
+      EXPECT_EQ(a, 5 * runs + 2 * own);
+    }
     ASSERT_EQ(joined.param_bits(), apart.param_bits());
   }
   EXPECT_TRUE(kopt_test::saved_params(*joined.opt) == kopt_test::saved_params(*apart.opt));
 }
+
+// A checkpoint can give the params of a run step counts of their own without changing which
+// params step (an offloaded group plans nothing again for it): the runs split for the rows
+// of the step, bitwise like the optimizer that saved it.
+TEST_P(ChunkRuns, LoadedStepCountsSplitRunsPlannedBefore) {
+  const Placement placement = GetParam();
+  Model saved(false, placement), loaded(false, placement);
+  for (unsigned s = 0; s < 6; ++s) {
+    if (s == 2) saved.freeze(1, true);
+    if (s == 4) saved.freeze(1, false);
+    saved.step(s);
+  }
+  // Every param with the same step count: one run of params 0-3 and one of 5-6 a group.
+  const std::uint64_t before = loaded.step(100);
+  if (placement != Placement::offloaded_cut) {
+    EXPECT_EQ(before, 5 * 2 + 2 * 6);
+  }
+  kopt_test::TempDir dir;
+  saved.opt->save(dir.str("ckpt"));
+  Kokkos::deep_copy(loaded.param16, saved.param16);  // the model's weights
+  Kokkos::deep_copy(loaded.param32, saved.param32);
+  loaded.opt->load(dir.str("ckpt"));
+  for (unsigned s = 6; s < 9; ++s) {
+    SCOPED_TRACE("step " + std::to_string(s));
+    const std::uint64_t a = saved.step(s), b = loaded.step(s);
+    EXPECT_EQ(b, a);  // param 1 on its own, as in the optimizer saved
+    ASSERT_EQ(loaded.param_bits(), saved.param_bits());
+  }
+  EXPECT_TRUE(kopt_test::saved_params(*loaded.opt) == kopt_test::saved_params(*saved.opt));
+}
+
+INSTANTIATE_TEST_SUITE_P(Placements, ChunkRuns,
+                         ::testing::Values(Placement::local, Placement::offloaded,
+                                           Placement::offloaded_cut),
+                         [](const auto& info) {
+                           return std::string(info.param == Placement::local ? "Local"
+                                              : info.param == Placement::offloaded
+                                                  ? "Offloaded"
+                                                  : "OffloadedCut");
+                         });
 
 }  // namespace

@@ -40,7 +40,7 @@ inline bool continues_at(const void* a, const void* b, std::int64_t bytes) {
 /// points into, with the same row of step scalars and no rounding keyed by the param (a
 /// stochastic stream is per param): one run from a's slot then updates both, bitwise as
 /// each on its own. Policies that update per param (their rates, stages or row factors come
-/// from the chunk's slot) never join runs (joins_runs).
+/// from the chunk's slot) never join runs (reads_param_values).
 inline bool slot_continues(const UpdateSlot& a, std::int64_t n, const UpdateSlot& b,
                            const SlotDTypes& d) {
   if (a.scalar_set != b.scalar_set || a.rounding_stream != 0 || b.rounding_stream != 0 ||

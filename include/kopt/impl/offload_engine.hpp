@@ -18,6 +18,8 @@
 #include <kopt/impl/engine_state.hpp>
 #include <kopt/impl/policies.hpp>
 #include <kopt/offload_options.hpp>
+#include <utility>
+#include <vector>
 
 namespace kopt::Impl {
 
@@ -102,10 +104,11 @@ class OffloadEngine final : public Engine {
     std::size_t grad_bytes, param_bytes, group;
     DType param_dtype;
   };
-  /// One kernel class's host chunks within a pipeline chunk: host_chunks_[first, last).
+  /// One kernel class's host chunks within a pipeline chunk: host_chunks_[first, last), a
+  /// chunk per segment; and the same segments as runs, run_chunks_[run_first, run_last).
   struct ClassRange {
     ClassKey key;
-    std::size_t first, last;
+    std::size_t first = 0, last = 0, run_first = 0, run_last = 0;
   };
   /// A pipeline chunk: segments_[seg_first, seg_last), ranges_[range_first, range_last).
   struct Batch {
@@ -123,6 +126,10 @@ class OffloadEngine final : public Engine {
   void plan_();
   void build_plan_();  ///< batches, slots and norm chunks for signature_
   void build_batches_(const std::vector<std::size_t>& entries, bool with_kernels);
+  /// Each range's segments as runs (kopt/impl/chunk_runs.hpp), for this step's rows.
+  void build_runs_();
+  /// Whether every two segments the runs joined still share their row of step scalars.
+  bool runs_hold_() const;
   unsigned char* grad_stage_(std::size_t batch) const;
   unsigned char* param_stage_(std::size_t batch) const;
   /// Where entry e's updated param values sit on the host: its master for f32, else staging.
@@ -161,7 +168,12 @@ class OffloadEngine final : public Engine {
   PlanStamp<Policy> planned_;               ///< what the plan was built for
   std::vector<Batch> batches_;
   std::vector<ClassRange> ranges_;
-  std::vector<Chunk> host_chunks_;            ///< slot = segment index
+  std::vector<Chunk> host_chunks_;  ///< slot = segment index
+  std::vector<Chunk> run_chunks_;   ///< the same, segments joined into runs
+  /// The segments each run joined, as (previous, next): their rows must stay the same.
+  std::vector<std::pair<std::size_t, std::size_t>> joined_;
+  std::vector<std::size_t> run_order_;        ///< build_runs_'s scratch
+  bool runs_stale_ = true;                    ///< the plan changed since build_runs_
   std::vector<Chunk> sync_chunks_;            ///< a batch's masters to reconcile (sync_masters_)
   std::vector<UpdateSlot> host_slots_;        ///< per segment, pointing into staging and state
   std::vector<Scalars> host_scalars_;         ///< this step's, rows named by host_slots_

@@ -3,11 +3,13 @@
 /// Member definitions of the offload engine; included by the files that instantiate it
 /// (src/offload_host.cpp, backends/cuda/offload_cuda.cpp).
 
+#include <algorithm>
 #include <cassert>
 #include <chrono>
 #include <cmath>
 #include <cstring>
 #include <kopt/error.hpp>
+#include <kopt/impl/chunk_runs.hpp>
 #include <kopt/impl/fused_optimizer_def.hpp>
 #include <kopt/impl/huge_pages.hpp>
 #include <kopt/impl/offload_engine.hpp>
@@ -133,7 +135,7 @@ void OffloadEngine<DeviceExec, StateMem, Policy>::build_batches_(
           if (signature_[segments_[i].entry] == static_cast<int>(k) + 1)
             append_chunks(host_chunks_, i, segments_[i].len, chunk_size<HostExec>);
         if (host_chunks_.size() > first)
-          ranges_.push_back(ClassRange{keys_[k], first, host_chunks_.size()});
+          ranges_.push_back(ClassRange{keys_[k], first, host_chunks_.size(), 0, 0});
       }
     b.range_last = ranges_.size();
     batches_.push_back(b);
@@ -233,6 +235,7 @@ void OffloadEngine<DeviceExec, StateMem, Policy>::build_plan_() {
                       e.group,
                       e.param.dtype};
     }
+  runs_stale_ = true;  // built by the step, which knows the rows
   if (copy_ops_.extent(0) < 3 * segments_.size()) {
     allocation_point();
     copy_ops_ = decltype(copy_ops_)(label_ + "::copy_ops", 3 * segments_.size());
@@ -244,6 +247,42 @@ void OffloadEngine<DeviceExec, StateMem, Policy>::build_plan_() {
     device_slots_host_ = Kokkos::create_mirror_view(slots);
     device_slots_ = slots;
   }
+}
+
+template <class DeviceExec, class StateMem, class Policy>
+void OffloadEngine<DeviceExec, StateMem, Policy>::build_runs_() {
+  // Segments staged one after another (params cut from one buffer), with their masters and
+  // state one after another too and the same row, update as one span: 100,000 segments of
+  // 64 elements were 100,000 chunks. Rows are the step's (step()), so runs are decided by it.
+  run_chunks_.clear();
+  joined_.clear();
+  for (ClassRange& range : ranges_) {
+    range.run_first = run_chunks_.size();
+    run_order_.clear();
+    for (std::size_t c = range.first; c < range.last; ++c)
+      if (run_order_.empty() || run_order_.back() != static_cast<std::size_t>(host_chunks_[c].slot))
+        run_order_.push_back(static_cast<std::size_t>(host_chunks_[c].slot));
+    SlotDTypes d{range.key.param, range.key.grad, {}};
+    for (std::size_t k = 0; k < max_state_arrays; ++k) d.state[k] = state_.dtype(k);
+    append_runs(
+        run_chunks_, run_order_, [&](std::size_t i) { return segments_[i].len; },
+        [&](std::size_t a, std::int64_t n, std::size_t b) {
+          if constexpr (reads_param_values<Policy>) return false;
+          if (!slot_continues(host_slots_[a], n, host_slots_[b], d)) return false;
+          joined_.emplace_back(a, b);
+          return true;
+        },
+        chunk_size<HostExec>);
+    range.run_last = run_chunks_.size();
+  }
+  runs_stale_ = false;
+}
+
+template <class DeviceExec, class StateMem, class Policy>
+bool OffloadEngine<DeviceExec, StateMem, Policy>::runs_hold_() const {
+  return std::all_of(joined_.begin(), joined_.end(), [&](const auto& ab) {
+    return host_slots_[ab.first].scalar_set == host_slots_[ab.second].scalar_set;
+  });
 }
 
 template <class DeviceExec, class StateMem, class Policy>
@@ -305,7 +344,7 @@ void OffloadEngine<DeviceExec, StateMem, Policy>::update_(std::size_t batch) {
   for (std::size_t r = batches_[batch].range_first; r < batches_[batch].range_last; ++r) {
     const ClassRange& range = ranges_[r];
     const Kokkos::View<const Chunk*, Kokkos::HostSpace, Unmanaged> chunks(
-        host_chunks_.data() + range.first, range.last - range.first);
+        run_chunks_.data() + range.run_first, range.run_last - range.run_first);
     launch_update<HostExec, Policy>(host_, label_ + "::update", range.key.param, range.key.grad,
                                     range.key.variant, state_.storage(), slots, scalars, steps,
                                     chunks);
@@ -372,6 +411,9 @@ void OffloadEngine<DeviceExec, StateMem, Policy>::step(double grad_scale) {
     }
     host_slots_[i].scalar_set = static_cast<std::int32_t>(host_scalars_.size() - 1);
   }
+  // A new plan, or step counts that parted joined params (a param without a grad for some
+  // steps, a checkpoint's counts): runs for this step's rows.
+  if (runs_stale_ || !runs_hold_()) build_runs_();
   const auto t0 = std::chrono::steady_clock::now();
   times_ = PipelineTimes{};
   // The grads were written by work on the device's own instance: let it finish first.
