@@ -18,7 +18,6 @@
 #include <kopt/impl/engine_state.hpp>
 #include <kopt/impl/policies.hpp>
 #include <kopt/offload_options.hpp>
-#include <utility>
 #include <vector>
 
 namespace kopt::Impl {
@@ -89,7 +88,7 @@ class OffloadEngine final : public Engine {
   /// `grad_at` of its chunk's grad staging and (a 16-bit param) its params at `param_at` of
   /// the param staging: packed, each at its dtype's alignment, so that the segments of params
   /// laid out one after the other (tiny params cut from one buffer) are staged one after the
-  /// other too, and their copies join into one (send_).
+  /// other too, and their copies join into one (plan_copies_).
   struct Segment {
     std::size_t entry;
     std::int64_t begin, len, grad_at, param_at;
@@ -126,10 +125,12 @@ class OffloadEngine final : public Engine {
   void plan_();
   void build_plan_();  ///< batches, slots and norm chunks for signature_
   void build_batches_(const std::vector<std::size_t>& entries, bool with_kernels);
-  /// Each range's segments as runs (kopt/impl/chunk_runs.hpp), for this step's rows.
+  /// Each segment's row of step scalars (rows_), then each range's segments as runs
+  /// (kopt/impl/chunk_runs.hpp), which need the rows.
+  void assign_rows_();
   void build_runs_();
-  /// Whether every two segments the runs joined still share their row of step scalars.
-  bool runs_hold_() const;
+  /// The copies of every pipeline chunk that every step makes (in_lists_, out_lists_).
+  void plan_copies_();
   unsigned char* grad_stage_(std::size_t batch) const;
   unsigned char* param_stage_(std::size_t batch) const;
   /// Where entry e's updated param values sit on the host: its master for f32, else staging.
@@ -137,9 +138,16 @@ class OffloadEngine final : public Engine {
   void send_grads_(std::size_t batch);
   void update_(std::size_t batch);
   void send_params_(std::size_t batch);
-  /// Enqueues a copy on `queue`: its own when large, else appended to ops[count++].
-  void send_(CopyQueue& queue, CopyOp* ops, std::size_t& count, void* dst, const void* src,
-             std::size_t bytes) const;
+  /// Adds a copy: `lone(op)` when large, else appended to ops[count++] (or joined to the last).
+  template <class Lone>
+  void add_copy_(const Lone& lone, CopyOp* ops, std::size_t& count, void* dst, const void* src,
+                 std::size_t bytes) const;
+  /// A pipeline chunk's copies in one direction, planned: lone_ops_[lone_first, lone_last)
+  /// each enqueued on its own, then copy_ops_[ops_at, ops_at + batched) as one batch.
+  struct CopyList {
+    std::size_t lone_first = 0, lone_last = 0, ops_at = 0, batched = 0;
+  };
+  void send_list_(CopyQueue& queue, const CopyList& list);
   /// Reconciles the masters of the batch's flagged params with the params send_grads_ staged.
   void sync_masters_(std::size_t batch,
                      const Kokkos::View<const UpdateSlot*, Kokkos::HostSpace,
@@ -156,8 +164,9 @@ class OffloadEngine final : public Engine {
   EngineState<StateMem, Policy> state_;
   Kokkos::View<unsigned char*, StateMem> staging_;  ///< per buffer: grads, then params
   /// The batched copies of small segments (OffloadOptions::batch_copies_below), where the
-  /// device reads them: per segment two slots towards the host (grad, param to reconcile),
-  /// then one per segment towards the device; a batch's ops sit at its first segment's slots.
+  /// device reads them, a batch's at its first segment's slots: those planned towards the
+  /// host (two per segment: grad, param), then towards the device (one per segment), then
+  /// two per segment for a step that reconciles masters (send_grads_).
   Kokkos::View<CopyOp*, StateMem> copy_ops_;
 
   // The step's plan: rebuilt when which params have grads (or their kernel class) changes.
@@ -168,15 +177,25 @@ class OffloadEngine final : public Engine {
   PlanStamp<Policy> planned_;               ///< what the plan was built for
   std::vector<Batch> batches_;
   std::vector<ClassRange> ranges_;
-  std::vector<Chunk> host_chunks_;  ///< slot = segment index
-  std::vector<Chunk> run_chunks_;   ///< the same, segments joined into runs
-  /// The segments each run joined, as (previous, next): their rows must stay the same.
-  std::vector<std::pair<std::size_t, std::size_t>> joined_;
-  std::vector<std::size_t> run_order_;        ///< build_runs_'s scratch
-  bool runs_stale_ = true;                    ///< the plan changed since build_runs_
-  std::vector<Chunk> sync_chunks_;            ///< a batch's masters to reconcile (sync_masters_)
-  std::vector<UpdateSlot> host_slots_;        ///< per segment, pointing into staging and state
-  std::vector<Scalars> host_scalars_;         ///< this step's, rows named by host_slots_
+  std::vector<Chunk> host_chunks_;      ///< slot = segment index
+  std::vector<Chunk> run_chunks_;       ///< the same, segments joined into runs
+  std::vector<std::size_t> run_order_;  ///< build_runs_'s scratch
+  /// A row of step scalars: segments of one group and one step count (`entry`'s). Every
+  /// param a plan updates steps with every step, so rows hold until the plan changes or a
+  /// checkpoint loads step counts (rows_stale_).
+  struct Row {
+    std::size_t group, entry;
+  };
+  std::vector<Row> rows_;
+  bool rows_stale_ = true;
+  /// Per pipeline chunk, the copies towards the host (grads, and every param where there are
+  /// no fp32 masters) and towards the device (params), planned with the plan.
+  std::vector<CopyList> in_lists_, out_lists_;
+  std::vector<CopyOp> lone_ops_;
+  bool any_sync_ = false;               ///< this step reconciles masters: their params come too
+  std::vector<Chunk> sync_chunks_;      ///< a batch's masters to reconcile (sync_masters_)
+  std::vector<UpdateSlot> host_slots_;  ///< per segment, pointing into staging and state
+  std::vector<Scalars> host_scalars_;   ///< this step's, rows named by host_slots_
   std::vector<std::int64_t> host_row_steps_;  ///< each row's step (1-based)
   std::vector<CopyQueue::Ticket> grads_landed_, params_sent_;
 

@@ -181,10 +181,11 @@ void OffloadEngine<DeviceExec, StateMem, Policy>::plan_() {
                          << registry_.step(i)
                          << " steps, the most kopt counts (kopt::max_step_count)");
   };
-  // The same params with grads, in the same classes: only the step counts are checked.
+  // The same params with grads, in the same classes: only the step counts are checked, a
+  // row's at a time (its params share theirs).
   if (!signature_.empty() && planned_.current(registry_)) {
-    for (std::size_t i = 0; i < signature_.size(); ++i)
-      if (signature_[i] > 0) check_steps(i);
+    if (rows_stale_) assign_rows_();
+    for (const Row& row : rows_) check_steps(row.entry);
     return;
   }
   std::vector<int>& signature = next_signature_;
@@ -201,6 +202,7 @@ void OffloadEngine<DeviceExec, StateMem, Policy>::plan_() {
     throw;
   }
   planned_.take(registry_);
+  assign_rows_();  // if it fails, the next call assigns them (rows_stale_)
 }
 
 template <class DeviceExec, class StateMem, class Policy>
@@ -235,11 +237,12 @@ void OffloadEngine<DeviceExec, StateMem, Policy>::build_plan_() {
                       e.group,
                       e.param.dtype};
     }
-  runs_stale_ = true;  // built by the step, which knows the rows
-  if (copy_ops_.extent(0) < 3 * segments_.size()) {
+  rows_stale_ = true;
+  if (copy_ops_.extent(0) < 5 * segments_.size()) {
     allocation_point();
-    copy_ops_ = decltype(copy_ops_)(label_ + "::copy_ops", 3 * segments_.size());
+    copy_ops_ = decltype(copy_ops_)(label_ + "::copy_ops", 5 * segments_.size());
   }
+  plan_copies_();
   norms_.set_pieces(device_, label_, norm_pieces, norm_chunk_size<DeviceExec>);
   if (device_slots_.extent(0) != registry_.size()) {
     allocation_point();
@@ -250,12 +253,32 @@ void OffloadEngine<DeviceExec, StateMem, Policy>::build_plan_() {
 }
 
 template <class DeviceExec, class StateMem, class Policy>
+void OffloadEngine<DeviceExec, StateMem, Policy>::assign_rows_() {
+  // One row per run of segments that share group and step count: a step then computes its
+  // scalars a row at a time, where it went through every segment (100,000 tiny params).
+  rows_.clear();
+  std::size_t last_group = SIZE_MAX;
+  std::int64_t last_step = -1;
+  for (std::size_t i = 0; i < segments_.size(); ++i) {
+    const std::size_t group = segment_plans_[i].group;
+    const std::int64_t step = registry_.step(segments_[i].entry);
+    if (group != last_group || step != last_step) {
+      rows_.push_back(Row{group, segments_[i].entry});
+      last_group = group;
+      last_step = step;
+    }
+    host_slots_[i].scalar_set = static_cast<std::int32_t>(rows_.size() - 1);
+  }
+  build_runs_();
+  rows_stale_ = false;
+}
+
+template <class DeviceExec, class StateMem, class Policy>
 void OffloadEngine<DeviceExec, StateMem, Policy>::build_runs_() {
   // Segments staged one after another (params cut from one buffer), with their masters and
   // state one after another too and the same row, update as one span: 100,000 segments of
-  // 64 elements were 100,000 chunks. Rows are the step's (step()), so runs are decided by it.
+  // 64 elements were 100,000 chunks.
   run_chunks_.clear();
-  joined_.clear();
   for (ClassRange& range : ranges_) {
     range.run_first = run_chunks_.size();
     run_order_.clear();
@@ -268,21 +291,51 @@ void OffloadEngine<DeviceExec, StateMem, Policy>::build_runs_() {
         run_chunks_, run_order_, [&](std::size_t i) { return segments_[i].len; },
         [&](std::size_t a, std::int64_t n, std::size_t b) {
           if constexpr (reads_param_values<Policy>) return false;
-          if (!slot_continues(host_slots_[a], n, host_slots_[b], d)) return false;
-          joined_.emplace_back(a, b);
-          return true;
+          return slot_continues(host_slots_[a], n, host_slots_[b], d);
         },
         chunk_size<HostExec>);
     range.run_last = run_chunks_.size();
   }
-  runs_stale_ = false;
 }
 
 template <class DeviceExec, class StateMem, class Policy>
-bool OffloadEngine<DeviceExec, StateMem, Policy>::runs_hold_() const {
-  return std::all_of(joined_.begin(), joined_.end(), [&](const auto& ab) {
-    return host_slots_[ab.first].scalar_set == host_slots_[ab.second].scalar_set;
-  });
+void OffloadEngine<DeviceExec, StateMem, Policy>::plan_copies_() {
+  // The same copies every step, joined once here where each step went through every
+  // segment. A step that reconciles masters (any_sync_) makes its own (send_grads_).
+  lone_ops_.clear();
+  in_lists_.assign(batches_.size(), CopyList{});
+  out_lists_.assign(batches_.size(), CopyList{});
+  const auto lone = [&](const CopyOp& op) { lone_ops_.push_back(op); };
+  for (std::size_t b = 0; b < batches_.size(); ++b) {
+    const std::size_t first = batches_[b].seg_first, last = batches_[b].seg_last;
+    CopyList& in = in_lists_[b];
+    in = CopyList{lone_ops_.size(), 0, 2 * first, 0};
+    for (std::size_t i = first; i < last; ++i)
+      add_copy_(lone, copy_ops_.data() + in.ops_at, in.batched,
+                const_cast<void*>(host_slots_[i].grad), segment_plans_[i].grad,
+                segment_plans_[i].grad_bytes);
+    // Remainders, and groups without masters, need their params every step: a param is
+    // half its master, or all of it. (After the grads, so that adjacent copies join.)
+    if (!state_.master_copies())
+      for (std::size_t i = first; i < last; ++i)
+        add_copy_(lone, copy_ops_.data() + in.ops_at, in.batched, host_slots_[i].param,
+                  segment_plans_[i].param, segment_plans_[i].param_bytes);
+    in.lone_last = lone_ops_.size();
+    CopyList& out = out_lists_[b];
+    out = CopyList{lone_ops_.size(), 0, 2 * segments_.size() + first, 0};
+    for (std::size_t i = first; i < last; ++i)
+      add_copy_(lone, copy_ops_.data() + out.ops_at, out.batched, segment_plans_[i].param,
+                host_slots_[i].param, segment_plans_[i].param_bytes);
+    out.lone_last = lone_ops_.size();
+  }
+}
+
+template <class DeviceExec, class StateMem, class Policy>
+void OffloadEngine<DeviceExec, StateMem, Policy>::send_list_(CopyQueue& queue,
+                                                             const CopyList& list) {
+  for (std::size_t k = list.lone_first; k < list.lone_last; ++k)
+    queue.copy(lone_ops_[k].dst, lone_ops_[k].src, lone_ops_[k].bytes);
+  queue.copy_batch(copy_ops_.data() + list.ops_at, list.batched);
 }
 
 template <class DeviceExec, class StateMem, class Policy>
@@ -307,22 +360,24 @@ void OffloadEngine<DeviceExec, StateMem, Policy>::send_grads_(std::size_t batch)
     to_device_->wait(params_sent_[batch - depth]);
     times_.wait_staging += offload_detail::seconds_since(t0);
   }
-  if (mode_ != PipelineMode::update_only) {
-    CopyOp* ops = copy_ops_.data() + 2 * batches_[batch].seg_first;
+  if (mode_ != PipelineMode::update_only && !(any_sync_ && state_.master_copies())) {
+    send_list_(*to_host_, in_lists_[batch]);  // planned (plan_copies_)
+  } else if (mode_ != PipelineMode::update_only) {
+    // Beside the planned ops (copy_ops_), which the next steps use again.
+    CopyOp* ops = copy_ops_.data() + 3 * segments_.size() + 2 * batches_[batch].seg_first;
     std::size_t count = 0;
+    const auto lone = [&](const CopyOp& op) { to_host_->copy(op.dst, op.src, op.bytes); };
     const std::size_t first = batches_[batch].seg_first, last = batches_[batch].seg_last;
     for (std::size_t i = first; i < last; ++i) {
       const SegmentPlan& s = segment_plans_[i];
-      send_(*to_host_, ops, count, const_cast<void*>(host_slots_[i].grad), s.grad, s.grad_bytes);
+      add_copy_(lone, ops, count, const_cast<void*>(host_slots_[i].grad), s.grad, s.grad_bytes);
     }
     // A master to reconcile: the param comes along, into its f32 master (which simply
     // becomes the param) or the param staging that update_() reconciles the master with.
-    // Remainders, and groups without masters, need their params every step: a param is
-    // half its master, or all of it. (After the grads, so that adjacent copies join.)
     for (std::size_t i = first; i < last; ++i) {
-      if (!registry_.sync_master(segments_[i].entry) && state_.master_copies()) continue;
+      if (!registry_.sync_master(segments_[i].entry)) continue;
       const SegmentPlan& s = segment_plans_[i];
-      send_(*to_host_, ops, count, host_slots_[i].param, s.param, s.param_bytes);
+      add_copy_(lone, ops, count, host_slots_[i].param, s.param, s.param_bytes);
     }
     to_host_->copy_batch(ops, count);
   }
@@ -355,24 +410,18 @@ void OffloadEngine<DeviceExec, StateMem, Policy>::update_(std::size_t batch) {
 
 template <class DeviceExec, class StateMem, class Policy>
 void OffloadEngine<DeviceExec, StateMem, Policy>::send_params_(std::size_t batch) {
-  if (mode_ != PipelineMode::update_only) {
-    CopyOp* ops = copy_ops_.data() + 2 * segments_.size() + batches_[batch].seg_first;
-    std::size_t count = 0;
-    for (std::size_t i = batches_[batch].seg_first; i < batches_[batch].seg_last; ++i) {
-      const SegmentPlan& s = segment_plans_[i];
-      send_(*to_device_, ops, count, s.param, host_slots_[i].param, s.param_bytes);
-    }
-    to_device_->copy_batch(ops, count);
-  }
+  if (mode_ != PipelineMode::update_only) send_list_(*to_device_, out_lists_[batch]);
   params_sent_[batch] = to_device_->mark();
 }
 
 template <class DeviceExec, class StateMem, class Policy>
-void OffloadEngine<DeviceExec, StateMem, Policy>::send_(CopyQueue& queue, CopyOp* ops,
-                                                        std::size_t& count, void* dst,
-                                                        const void* src, std::size_t bytes) const {
+template <class Lone>
+void OffloadEngine<DeviceExec, StateMem, Policy>::add_copy_(const Lone& lone, CopyOp* ops,
+                                                            std::size_t& count, void* dst,
+                                                            const void* src,
+                                                            std::size_t bytes) const {
   if (bytes >= options_.batch_copies_below) {
-    queue.copy(dst, src, bytes);
+    lone(CopyOp{dst, src, bytes});
   } else if (bytes > 0) {
     // A copy that continues the batch's last on both sides joins it, up to the batching
     // limit (a GPU block copies each op): 100,000 tiny params cut from one buffer cost
@@ -393,27 +442,20 @@ void OffloadEngine<DeviceExec, StateMem, Policy>::step(double grad_scale) {
                 label_ << ": step(grad_scale = " << grad_scale << "): grad_scale must be finite");
   registry_.validate_configs();
   plan_();
-  // Scalars per segment, from its param's own group and step count: one table row per run
-  // of segments that share both.
+  // This step's scalars, a row at a time (assign_rows_).
   host_scalars_.clear();
   host_row_steps_.clear();
-  std::size_t last_group = SIZE_MAX;
-  std::int64_t last_step = -1;
-  for (std::size_t i = 0; i < segments_.size(); ++i) {
-    const std::size_t group = segment_plans_[i].group;
-    const std::int64_t step = registry_.step(segments_[i].entry);
-    if (group != last_group || step != last_step) {
-      host_scalars_.push_back(
-          Policy::scalars(std::get<Config>(registry_.config(group)), step + 1, grad_scale));
-      host_row_steps_.push_back(step + 1);  // stochastic rounding's bits are keyed by it
-      last_group = group;
-      last_step = step;
-    }
-    host_slots_[i].scalar_set = static_cast<std::int32_t>(host_scalars_.size() - 1);
+  for (const Row& row : rows_) {
+    const std::int64_t step = registry_.step(row.entry);
+    host_scalars_.push_back(
+        Policy::scalars(std::get<Config>(registry_.config(row.group)), step + 1, grad_scale));
+    host_row_steps_.push_back(step + 1);  // stochastic rounding's bits are keyed by it
   }
-  // A new plan, or step counts that parted joined params (a param without a grad for some
-  // steps, a checkpoint's counts): runs for this step's rows.
-  if (runs_stale_ || !runs_hold_()) build_runs_();
+  // Masters to reconcile this step (new params, weights reloaded, a checkpoint loaded).
+  bool any_sync = false;
+  for (std::size_t i = 0; i < signature_.size(); ++i)
+    any_sync |= signature_[i] > 0 && registry_.sync_master(i);
+  any_sync_ = any_sync;
   const auto t0 = std::chrono::steady_clock::now();
   times_ = PipelineTimes{};
   // The grads were written by work on the device's own instance: let it finish first.
@@ -452,7 +494,7 @@ void OffloadEngine<DeviceExec, StateMem, Policy>::sync_masters_(
   // param landed in its master, which simply becomes it. One launch per 16-bit dtype for
   // the whole batch (a launch per segment costs a fork and join each: 100,000 tiny params
   // took seconds). Remainders and groups without masters have nothing to reconcile.
-  if (!state_.master_copies()) return;
+  if (!state_.master_copies() || !any_sync_) return;
   for (const DType dtype : {DType::bf16, DType::f16}) {
     sync_chunks_.clear();
     for (std::size_t i = batches_[batch].seg_first; i < batches_[batch].seg_last; ++i)
@@ -489,6 +531,7 @@ template <class DeviceExec, class StateMem, class Policy>
 void OffloadEngine<DeviceExec, StateMem, Policy>::commit_state(const std::string& name,
                                                                std::int64_t step) {
   state_.commit(registry_, name, step);
+  rows_stale_ = true;  // its row may change
 }
 
 template <class DeviceExec, class StateMem, class Policy>
