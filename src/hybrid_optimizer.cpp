@@ -200,6 +200,7 @@ HybridOptimizer::HybridOptimizer(std::vector<ParamGroup> groups, const HybridOpt
     where_.emplace(p.name, Placement{e, item.group, item.offloaded, ordinal});
   }
   steps_.assign(pending.size(), 0);
+  for (std::size_t i = 0; i < shards_->size(); ++i) null_grads_ += shards_->grad(i).is_null();
   held_arrays_.assign(groups_.size(), 0);
   if (options_.sharding) {  // the same on every rank: the same groups
     sum_offset_.assign(pending.size(), kNone);
@@ -341,8 +342,12 @@ StepStats HybridOptimizer::step() {
     step_engines_(grad_scale, param_sums);
     for (const auto& engine : engines_) engine->fence();
     shards_->gather_params();
-    for (std::size_t i = 0; i < shards_->size(); ++i)
-      if (!shards_->grad(i).is_null()) ++steps_[i];
+    if (null_grads_ == 0) {
+      for (std::int64_t& count : steps_) ++count;
+    } else {
+      for (std::size_t i = 0; i < shards_->size(); ++i)
+        if (!shards_->grad(i).is_null()) ++steps_[i];
+    }
   } catch (...) {
     failed_step_ = "a step failed after its update began (" + Impl::what_of_current() + ")";
     for (const auto& engine : engines_) {
@@ -372,7 +377,13 @@ void HybridOptimizer::set_grad(const std::string& name, const Tensor& grad) {
   shards_->check(at.ordinal, param, grad);
   if (at.engine != kNone)
     engines_[at.engine]->set_grad(name, shards_->local_grad(at.ordinal, grad));
-  shards_->set(at.ordinal, param, grad);
+  set_shard_(at.ordinal, param, grad);
+}
+
+void HybridOptimizer::set_shard_(std::size_t ordinal, const Tensor& param, const Tensor& grad) {
+  const bool was_null = shards_->grad(ordinal).is_null();
+  shards_->set(ordinal, param, grad);
+  null_grads_ = null_grads_ + grad.is_null() - was_null;
 }
 
 void HybridOptimizer::rebind(const std::string& name, const Tensor& param, const Tensor& grad) {
@@ -388,7 +399,7 @@ void HybridOptimizer::rebind(const std::string& name, const Tensor& param, const
                       << "; rebind replaces memory in place");
     engine.rebind(name, shards_->local(at.ordinal, param), shards_->local_grad(at.ordinal, grad));
   }
-  shards_->set(at.ordinal, param, grad);
+  set_shard_(at.ordinal, param, grad);
 }
 
 void HybridOptimizer::reload_model_params() {
