@@ -31,7 +31,8 @@ float uniform(std::uint64_t& s) {  // in [-1, 1), from the top 24 bits
   return static_cast<float>(static_cast<std::int64_t>(lcg(s) >> 40) - (1 << 23)) / (1 << 23);
 }
 std::uint16_t to16(float x, kopt::DType d) {
-  return d == kopt::DType::bf16 ? kopt::bfloat16(x).bits : kopt::float16(x).bits;
+  return d == kopt::DType::bf16 ? kopt::bfloat16::from_float(x).bits
+                                : kopt::float16::from_float(x).bits;
 }
 
 std::uint64_t fnv(const void* data, std::size_t bytes, std::uint64_t h = 1469598103934665603ull) {

@@ -70,7 +70,8 @@ struct Model {
   std::unique_ptr<kopt::HybridOptimizer> opt;
   Model(const kopt::AlgorithmConfig& a, const kopt::AlgorithmConfig& b) {
     for (std::size_t i = 0; i < w.size(); ++i) w[i] = std::sin(0.1f * static_cast<float>(i));
-    for (std::size_t i = 0; i < v.size(); ++i) v[i] = kopt::bfloat16(std::cos(0.3f * i));
+    for (std::size_t i = 0; i < v.size(); ++i)
+      v[i] = kopt::bfloat16::from_float(std::cos(0.3f * i));
     kopt::ParamGroup g0(a), g1(b, kopt::StatePlacement::host);
     g0.add("w", kopt::Tensor::from(w.data(), 1031), kopt::Tensor::from(dw.data(), 1031));
     g1.add("v", kopt::Tensor::from(v.data(), 77), kopt::Tensor::from(dv.data(), 77));
@@ -79,7 +80,8 @@ struct Model {
   void train(int first, int steps) {
     for (int s = first; s < first + steps; ++s) {
       for (std::size_t i = 0; i < dw.size(); ++i) dw[i] = std::sin(0.7f * (s + 1) * (i + 1));
-      for (std::size_t i = 0; i < dv.size(); ++i) dv[i] = kopt::bfloat16(std::cos(0.5f * s * i));
+      for (std::size_t i = 0; i < dv.size(); ++i)
+        dv[i] = kopt::bfloat16::from_float(std::cos(0.5f * s * i));
       opt->step();
     }
   }

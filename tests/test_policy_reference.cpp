@@ -119,7 +119,7 @@ void check(const kopt::AlgorithmConfig& config, bool offloaded, int steps, doubl
   std::vector<float> w(n), dw(n), u(1), du(1);
   std::vector<kopt::bfloat16> v(n), dv(n);
   for (float& x : w) x = dist(rng);
-  for (auto& x : v) x = kopt::bfloat16(dist(rng));
+  for (auto& x : v) x = kopt::bfloat16::from_float(dist(rng));
   u[0] = 0.5f;
   kopt::ParamGroup group(
       config, offloaded ? kopt::StatePlacement::host : kopt::StatePlacement::with_params);
@@ -136,7 +136,7 @@ void check(const kopt::AlgorithmConfig& config, bool offloaded, int steps, doubl
   for (Ref& r : ref) r.s.assign(r.p.size(), 0.0);
   for (int s = 0; s < steps; ++s) {
     for (float& x : dw) x = dist(rng);
-    for (auto& x : dv) x = kopt::bfloat16(dist(rng));
+    for (auto& x : dv) x = kopt::bfloat16::from_float(dist(rng));
     du[0] = dist(rng);
     std::vector<std::vector<double>> g(3);
     g[0].assign(dw.begin(), dw.end());

@@ -84,7 +84,9 @@ KOKKOS_INLINE_FUNCTION void widened_strips(const T* const (&rows)[R], std::int64
   const float* x[R];
   for (int q = 0; q < R; ++q) x[q] = strip[q];
   for (std::int64_t at = 0; at < whole; at += lane_strip) {
-    const auto n = static_cast<int>(std::min<std::int64_t>(lane_strip, whole - at));
+    // Not std::min, a host function to nvcc (it would need --expt-relaxed-constexpr).
+    const std::int64_t left = whole - at;
+    const auto n = static_cast<int>(left < lane_strip ? left : lane_strip);
     for (int q = 0; q < R; ++q) {
       for (int e = 0; e < n; e += 64 / static_cast<int>(sizeof(T)))
         prefetch_ahead(rows[q], at + e + lane_prefetch<T, R>);

@@ -118,16 +118,19 @@ struct StripSnapshot {
   static constexpr std::size_t bytes = paired_strip * 2;
   unsigned char param[bytes], master[bytes], state[3][bytes];
 
+  // Inline functions of both spaces, as paired_host_loop (KOPT_LOOP_FUNCTION) that calls
+  // them: nvcc warns of a host function called from one.
   template <class T>
-  static void save(unsigned char* to, const T* from) {
+  KOKKOS_INLINE_FUNCTION static void save(unsigned char* to, const T* from) {
     std::memcpy(to, static_cast<const void*>(from), bytes);
   }
   template <class T>
-  static void load(T* to, const unsigned char* from) {
+  KOKKOS_INLINE_FUNCTION static void load(T* to, const unsigned char* from) {
     std::memcpy(static_cast<void*>(to), from, bytes);
   }
   template <class P, class M, class S>
-  void take(std::int64_t i, const P* p, const M* m, const S* s0, const S* s1, const S* s2) {
+  KOKKOS_INLINE_FUNCTION void take(std::int64_t i, const P* p, const M* m, const S* s0, const S* s1,
+                                   const S* s2) {
     save(param, p + i);
     if constexpr (std::is_same_v<typename F::MasterT, std::uint16_t>) save(master, m + i);
     if constexpr ((Kept & 1u) != 0) save(state[0], s0 + i);
@@ -135,7 +138,7 @@ struct StripSnapshot {
     if constexpr ((Kept & 4u) != 0) save(state[2], s2 + i);
   }
   template <class P, class M, class S>
-  void restore(std::int64_t i, P* p, M* m, S* s0, S* s1, S* s2) const {
+  KOKKOS_INLINE_FUNCTION void restore(std::int64_t i, P* p, M* m, S* s0, S* s1, S* s2) const {
     load(p + i, param);
     if constexpr (std::is_same_v<typename F::MasterT, std::uint16_t>) load(m + i, master);
     if constexpr ((Kept & 1u) != 0) load(s0 + i, state[0]);

@@ -128,7 +128,9 @@ class TensorRates<ExecSpace, Policy, true> {
   /// Entry i's rate as set_rates() set it (a tensor stage's input).
   float host_rate(std::size_t i) const { return rates_host_(i); }
 
- private:
+  // Public: nvcc's host stubs name a kernel's functor and a View's element type from outside
+  // the class, and a private one does not compile with nvcc 13.
+ public:
   /// Chunks [first, first + count) of a class, all of one param: joined on the device, so
   /// that a run's sums and not each chunk's come to the host (a chunk's K ExactSums are
   /// 336 bytes: 5.5 MB for 2^26 elements in chunks of 4096, each step).
@@ -137,20 +139,6 @@ class TensorRates<ExecSpace, Policy, true> {
     std::int32_t count;
     std::int32_t slot;
   };
-  static constexpr std::int32_t chunks_per_run = 64;  // digits below 2^38 before normalize
-
-  struct ClassSums {
-    ClassKey key{};
-    std::vector<Chunk> chunks;
-    Kokkos::View<ExactSum**, memory_space> sums;
-    typename Kokkos::View<ExactSum**, memory_space>::HostMirror sums_host;
-    Kokkos::View<double**, memory_space> block_sums;
-    std::vector<Run> runs_host;  ///< devices (and host team paths) only
-    Kokkos::View<Run*, memory_space> runs;
-    Kokkos::View<ExactSum**, memory_space> run_sums;
-    typename Kokkos::View<ExactSum**, memory_space>::HostMirror run_sums_host;
-  };
-
   /// A thread per (run, sum, word of an ExactSum): the word of its run's chunk sums added
   /// (ExactSum::join, a word at a time; the host normalizes each run's sum). A thread per run
   /// joining whole sums took 0.28 ms for 256 runs on an H200.
@@ -173,6 +161,21 @@ class TensorRates<ExecSpace, Policy, true> {
         run_sums(r, k).special = special;
       }
     }
+  };
+
+ private:
+  static constexpr std::int32_t chunks_per_run = 64;  // digits below 2^38 before normalize
+
+  struct ClassSums {
+    ClassKey key{};
+    std::vector<Chunk> chunks;
+    Kokkos::View<ExactSum**, memory_space> sums;
+    typename Kokkos::View<ExactSum**, memory_space>::HostMirror sums_host;
+    Kokkos::View<double**, memory_space> block_sums;
+    std::vector<Run> runs_host;  ///< devices (and host team paths) only
+    Kokkos::View<Run*, memory_space> runs;
+    Kokkos::View<ExactSum**, memory_space> run_sums;
+    typename Kokkos::View<ExactSum**, memory_space>::HostMirror run_sums_host;
   };
 
   /// A class's runs: each param's consecutive chunks, chunks_per_run at a time.

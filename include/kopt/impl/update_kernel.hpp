@@ -69,24 +69,27 @@ struct FusedUpdateFunctor {
     const ChunkRounding r = chunk_rounding(std::is_same_v<MasterT, RoundStochastic>, steps_, slot);
     auto* param = static_cast<ParamT*>(slot.param);
     const auto* grad = static_cast<const GradT*>(slot.grad);
-    if constexpr (Q8) return q8_blocks(team, chunk, slot, param, grad, s, r);
-    for (std::int64_t i = chunk.begin + team.team_rank(); i < chunk.end; i += team.team_size()) {
-      if constexpr (row_factored<Policy>) {
-        const std::int64_t row = i / slot.cols;
-        Scalars sr = s;
-        sr.row = static_cast<const float*>(slot.state[1])[row];
-        float a0 = static_cast<const float*>(slot.state[0])[i - row * slot.cols], a1 = 0.0f,
-              a2 = 0.0f;
-        update_param<Policy, V, ParamT, GradT, Form<MasterT, float>>(
-            i, param, grad, slot_master<F>(slot), a0, a1, a2, sr, r);
-      } else if constexpr (narrow) {
-        narrow_element<Policy, V, ParamT, GradT, F>(i, param, grad, slot_master<F>(slot),
-                                                    slot.state[0], slot.state[1], slot.state[2],
-                                                    dtypes_, s, r);
-      } else
-        fused_element<Policy, V, ParamT, GradT, F>(i, param, grad, slot_master<F>(slot),
-                                                   slot_state<F>(slot, 0), slot_state<F>(slot, 1),
-                                                   slot_state<F>(slot, 2), s, r);
+    if constexpr (Q8) {  // (an else: nvcc warns of a loop after a return as unreachable)
+      q8_blocks(team, chunk, slot, param, grad, s, r);
+    } else {
+      for (std::int64_t i = chunk.begin + team.team_rank(); i < chunk.end; i += team.team_size()) {
+        if constexpr (row_factored<Policy>) {
+          const std::int64_t row = i / slot.cols;
+          Scalars sr = s;
+          sr.row = static_cast<const float*>(slot.state[1])[row];
+          float a0 = static_cast<const float*>(slot.state[0])[i - row * slot.cols], a1 = 0.0f,
+                a2 = 0.0f;
+          update_param<Policy, V, ParamT, GradT, Form<MasterT, float>>(
+              i, param, grad, slot_master<F>(slot), a0, a1, a2, sr, r);
+        } else if constexpr (narrow) {
+          narrow_element<Policy, V, ParamT, GradT, F>(i, param, grad, slot_master<F>(slot),
+                                                      slot.state[0], slot.state[1], slot.state[2],
+                                                      dtypes_, s, r);
+        } else
+          fused_element<Policy, V, ParamT, GradT, F>(i, param, grad, slot_master<F>(slot),
+                                                     slot_state<F>(slot, 0), slot_state<F>(slot, 1),
+                                                     slot_state<F>(slot, 2), s, r);
+      }
     }
   }
 
