@@ -5,6 +5,7 @@
 #include <cstring>
 #include <kopt/impl/f16_blocks.hpp>
 #include <limits>
+#include <type_traits>
 
 #include "test_support.hpp"
 
@@ -182,6 +183,26 @@ TEST(BFloat16, KnownValues) {
   EXPECT_EQ(bfloat16::from_float(1.0f + std::ldexp(3.0f, -8)).bits, 0x3f82);        // tie -> even
   EXPECT_EQ(bfloat16::from_float(std::numeric_limits<float>::max()).bits, 0x7f80);  // Inf
   EXPECT_EQ(bfloat16{0x0001}.to_float(), std::ldexp(1.0f, -133));  // subnormals kept
+}
+
+// A float converts by from_float alone: H(x) and H{x} of a float or double do not compile
+// (as an aggregate, H(0.7f) compiled and held the encoding 0), nor does an implicit
+// conversion from a number; H{bits} and H(bits) hold an encoding, and H{} is +0.
+template <class H>
+void expect_floats_convert_by_from_float_alone() {
+  static_assert(!std::is_constructible_v<H, float> && !std::is_constructible_v<H, double>);
+  static_assert(!std::is_convertible_v<float, H> && !std::is_convertible_v<std::uint16_t, H>);
+  static_assert(std::is_constructible_v<H, std::uint16_t> && std::is_trivial_v<H>);
+  EXPECT_EQ(H{0x3c00}.bits, 0x3c00);
+  EXPECT_EQ(H(std::uint16_t{0x8001}).bits, 0x8001);
+  EXPECT_EQ(H{}.bits, 0);
+  constexpr H one{0x3f80};  // usable in constant expressions, as the aggregate was
+  static_assert(one.bits == 0x3f80);
+}
+
+TEST(StorageTypes, FloatsConvertByFromFloatAlone) {
+  expect_floats_convert_by_from_float_alone<bfloat16>();
+  expect_floats_convert_by_from_float_alone<float16>();
 }
 
 // The same conversions inside a kernel on every enabled space give the host's bits.

@@ -44,6 +44,15 @@ KOKKOS_FORCEINLINE_FUNCTION U bf16_nearest_bits(U x) {
 struct bfloat16 {
   std::uint16_t bits;
 
+  bfloat16() = default;  // trivial, as a float's: a View of them is zeroed, a local is not
+  /// The value whose encoding is `b`. from_float rounds a float to the nearest value.
+  KOKKOS_FORCEINLINE_FUNCTION constexpr explicit bfloat16(std::uint16_t b) : bits(b) {}
+  /// Refused, for it reads as a conversion: `bfloat16(x)` of a float x, while this was an
+  /// aggregate, took x's integer part as the encoding (0.7f -> 0) and compiled with GCC and
+  /// Clang. Write bfloat16::from_float(x).
+  template <class F, std::enable_if_t<std::is_floating_point_v<F>, int> = 0>
+  bfloat16(F) = delete;
+
   /// Rounds `f` to nearest even; NaN becomes a quiet NaN of the same sign.
   KOKKOS_FORCEINLINE_FUNCTION static bfloat16 from_float(float f) {
     return bfloat16{static_cast<std::uint16_t>(Impl::bf16_nearest_bits(Impl::float_bits(f)))};
@@ -57,6 +66,15 @@ struct bfloat16 {
 /// IEEE 754 binary16: 1 sign, 5 exponent, 10 mantissa bits; max 65504.
 struct float16 {
   std::uint16_t bits;
+
+  float16() = default;  // trivial, as a float's: a View of them is zeroed, a local is not
+  /// The value whose encoding is `b`. from_float rounds a float to the nearest value.
+  KOKKOS_FORCEINLINE_FUNCTION constexpr explicit float16(std::uint16_t b) : bits(b) {}
+  /// Refused, for it reads as a conversion: `float16(x)` of a float x, while this was an
+  /// aggregate, took x's integer part as the encoding (0.7f -> 0) and compiled with GCC and
+  /// Clang. Write float16::from_float(x).
+  template <class F, std::enable_if_t<std::is_floating_point_v<F>, int> = 0>
+  float16(F) = delete;
 
   /// Rounds `f` to nearest even, to Inf past 65520 (the midpoint above 65504), and to
   /// subnormals (multiples of 2^-24) below 2^-14. Written as selects so the loop around it
@@ -128,6 +146,8 @@ struct float16 {
 };
 
 static_assert(sizeof(bfloat16) == 2 && sizeof(float16) == 2, "16-bit storage must be 2 bytes");
+static_assert(std::is_trivial_v<bfloat16> && std::is_trivial_v<float16>,
+              "16-bit storage is copied as bytes and left uninitialized as floats are");
 
 namespace Impl {
 /// Widen any element type kopt stores to float.
