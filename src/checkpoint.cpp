@@ -65,6 +65,8 @@ void HybridOptimizer::save(const std::string& path) {
   Impl::require_kokkos("kopt::HybridOptimizer::save");
   const Impl::ProfilingRegion region(Impl::regions::save);
   check_consistent_("save");  // never replace a good checkpoint with a half-updated state
+  // Nor with configs that load() refuses (a field set out of range since the last step).
+  check_configs_("save");
   Communicator& comm = world_();
   const auto rank = static_cast<std::uint32_t>(comm.rank());
   const std::string what = "kopt::HybridOptimizer::save of " + path;
@@ -199,10 +201,12 @@ void HybridOptimizer::load(const std::string& path, const LoadOptions& options) 
   const std::string index_file = (fs::path(path) / Impl::kIndexName).string();
   std::vector<AlgorithmConfig> configs(groups_.size());
   std::vector<bool> config_found(groups_.size(), false);
-  std::vector<std::int64_t> steps(where_.size(), -1);  // -1: not in the file
+  std::vector<std::int64_t> steps(where_.size(), -1);  // -1: not set by the load
   std::vector<unsigned> arrays(groups_.size(), 0);     // per group: those the file holds
-  // The local pieces to read, checked now and applied once every rank checked its own.
+  // The local pieces to read, checked now and applied once every rank checked its own; and
+  // (partial) those of params the file lacks, which start afresh.
   struct Piece {
+    bool fresh;
     std::uint32_t in_file;
     std::int64_t offset, numel;
     std::size_t engine;
@@ -226,7 +230,13 @@ void HybridOptimizer::load(const std::string& path, const LoadOptions& options) 
         if (it == in_file.end()) {
           KOPT_THROW_IF_AS(CheckpointError, !options.partial,
                            index_file << ": has no param '" << p.name
-                                      << "' (LoadOptions::partial keeps fresh state for it)");
+                                      << "' (LoadOptions::partial gives it fresh state)");
+          // As in a new optimizer, whatever it held: a load then gives the same state into
+          // a stepped optimizer as into a new one, and the master follows the weights.
+          steps[at.ordinal] = 0;
+          if (at.engine != kNone)
+            pieces.push_back(
+                {true, 0, 0, shards_->local_param(at.ordinal).numel, at.engine, &p.name});
           continue;
         }
         ++known;
@@ -265,7 +275,7 @@ void HybridOptimizer::load(const std::string& path, const LoadOptions& options) 
         const Tensor piece = shards_->local_param(at.ordinal);
         reading = p.name;
         reader.check(it->second, piece.global_offset, piece.numel);
-        pieces.push_back({it->second, piece.global_offset, piece.numel, at.engine, &p.name});
+        pieces.push_back({false, it->second, piece.global_offset, piece.numel, at.engine, &p.name});
       }
     KOPT_THROW_IF_AS(CheckpointError, !options.partial && known != index.params.size(),
                      index_file << ": holds " << index.params.size() - known
@@ -306,15 +316,18 @@ void HybridOptimizer::load(const std::string& path, const LoadOptions& options) 
   try {
     apply_loaded_(configs, config_found, steps, arrays);
     for (const Piece& q : pieces)
-      reader.apply(q.in_file, q.offset, q.numel, *engines_[q.engine], *q.name);
+      if (q.fresh)
+        Impl::apply_fresh(*engines_[q.engine], *q.name, q.numel);
+      else
+        reader.apply(q.in_file, q.offset, q.numel, *engines_[q.engine], *q.name);
   } catch (...) {
     failed_step_ = "a load() failed part-way (" + Impl::what_of_current() + ")";
     throw;
   }
   if (index.has_scaler && scaler_) scaler_->restore(index.scale, index.growth_tracker);
-  // Every param's state came from the file: whatever an earlier failure left is gone.
-  if (std::all_of(steps.begin(), steps.end(), [](std::int64_t s) { return s >= 0; }))
-    failed_step_.clear();
+  // Every param's state came from the file or starts afresh: whatever an earlier failure
+  // left is gone.
+  failed_step_.clear();
 }
 
 void HybridOptimizer::apply_loaded_(const std::vector<AlgorithmConfig>& configs,

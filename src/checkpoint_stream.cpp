@@ -193,6 +193,26 @@ void StateReader::check(std::uint32_t param, std::int64_t offset, std::int64_t n
                         << offset + n << " is not (exactly once) in the checkpoint");
 }
 
+void apply_fresh(Engine& engine, const std::string& name, std::int64_t n) {
+  // A zero master reconciles into the param widened (synced_master keeps it only for a +0
+  // param, whose widening it is), and a zero remainder joins into the same: what a new
+  // param's master is. Engines without masters for this param ignore it.
+  const unsigned held = engine.held_state_arrays();
+  const std::int64_t per_span = span_floats;
+  const std::vector<float> zeros(static_cast<std::size_t>(std::min(n, per_span)), 0.0f);
+  for (std::int64_t at = 0; at < n; at += per_span) {
+    StateSpan<const float> span{at, std::min(per_span, n - at), {}};
+    for (std::size_t a = 0; a < kMaster; ++a)
+      if ((held >> a & 1u) != 0) span.arrays[a] = zeros.data();
+    span.arrays[kMaster] = zeros.data();
+    engine.write_state(name, span);
+  }
+  const std::vector<float> tensor_state = engine.tensor_state(name);
+  if (!tensor_state.empty())
+    engine.set_tensor_state(name, std::vector<float>(tensor_state.size(), 0.0f));
+  engine.commit_state(name, 0);
+}
+
 void StateReader::apply(std::uint32_t param, std::int64_t offset, std::int64_t n, Engine& engine,
                         const std::string& name) {
   const IndexParam& p = index_.params[param];

@@ -39,11 +39,13 @@ std::size_t device_state_bytes(const Tensor& param, const AlgorithmConfig& confi
   return bytes;
 }
 
-void validate_group_config(const AlgorithmConfig& config, std::size_t g) {
+/// `call`: the member that checks ("" for the constructor).
+void validate_group_config(const AlgorithmConfig& config, std::size_t g, const char* call) {
   try {
     kopt::validate(config);
   } catch (const InvalidArgument& e) {
-    KOPT_THROW_IF(true, "kopt::HybridOptimizer: group " << g << ": " << Impl::embedded(e.what()));
+    KOPT_THROW_IF(true, "kopt::HybridOptimizer" << (*call != '\0' ? "::" : "") << call << ": group "
+                                                << g << ": " << Impl::embedded(e.what()));
   }
 }
 }  // namespace
@@ -85,7 +87,7 @@ HybridOptimizer::HybridOptimizer(std::vector<ParamGroup> groups, const HybridOpt
   std::set<std::string> names;
   const std::string host_space = Impl::engine_space_for(MemorySpace::host);
   for (std::size_t g = 0; g < groups_.size(); ++g) {
-    validate_group_config(groups_[g].algorithm(), g);
+    validate_group_config(groups_[g].algorithm(), g, "");
     // LAMB's trust ratio: the engine that updates a param must see all of it, which an
     // offloaded or sharded param's engine does not (yet).
     const bool whole = Impl::needs_param_sums(groups_[g].algorithm());
@@ -277,6 +279,11 @@ const HybridOptimizer::Placement& HybridOptimizer::find_(const std::string& name
   return it->second;
 }
 
+void HybridOptimizer::check_configs_(const char* call) const {
+  for (std::size_t g = 0; g < groups_.size(); ++g)
+    validate_group_config(groups_[g].algorithm(), g, call);
+}
+
 void HybridOptimizer::check_consistent_(const char* call) const {
   KOPT_THROW_IF_AS(InvalidArgument, !alive_.yes,
                    "kopt::HybridOptimizer::" << call << ": this optimizer was moved from; it "
@@ -293,7 +300,7 @@ StepStats HybridOptimizer::step() {
   // Everything that can fail for a reason other than a backend error runs before the first
   // update starts (configs, allocations, collectives), and changes no value: a throw there
   // leaves params, state, step counts and loss scale as they were.
-  for (std::size_t g = 0; g < groups_.size(); ++g) validate_group_config(groups_[g].algorithm(), g);
+  check_configs_("step");
   for (std::size_t e = 0; e < engines_.size(); ++e)
     for (std::size_t g = 0; g < groups_.size(); ++g)
       if (engine_group_[e][g] != kNone)

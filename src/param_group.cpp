@@ -46,7 +46,8 @@ namespace {
 void check_q8(const StateStorage& storage, const AlgorithmConfig& config, const char* call) {
   const bool q8 = std::visit(
       [&](const auto& c) {
-        for (std::size_t k = 0; k < c.state_array_names.size(); ++k)
+        // != : nvcc warns that k < 0 is pointless for Adafactor, which names no arrays.
+        for (std::size_t k = 0; k != c.state_array_names.size(); ++k)
           if (storage.dtype_of(k) == DType::q8) return true;
         return false;
       },

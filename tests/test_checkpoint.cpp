@@ -178,6 +178,71 @@ TEST(Checkpoint, NamesSizesAndDtypesMustMatchUnlessPartialIsAsked) {
   EXPECT_THROW(typed.opt->load(dir.str()), kopt::CheckpointError);
 }
 
+// A partial load gives each param the file lacks the state a new param starts from,
+// whatever it held: a stepped optimizer then steps bitwise as a new one loaded from the same
+// file, given the same weights before or after the load (the masters of the 16-bit params
+// the file lacks, p5 offloaded and p6 local, follow them as a new param's do). Before, such
+// params kept their moments, step counts and stale masters, which overwrote the weights.
+TEST(Checkpoint, APartialLoadGivesMissingParamsFreshState) {
+  for (const bool weights_first : {false, true}) {
+    SCOPED_TRACE(weights_first ? "weights written before the load" : "after the load");
+    TempDir dir;
+    const std::vector<ParamDef> all = model_defs();
+    CheckpointModel half({all.begin(), all.begin() + 4}, kConfigs, {0, 1, 2, 0}, {0, 1, 2, 3},
+                         options(true), {false, false, true});
+    half.train(0, 2);
+    half.opt->save(dir.str());  // p0..p3 of the 8
+    CheckpointModel stepped = model_a(true), fresh = model_a(true), weights = model_a(true);
+    stepped.train(0, 3);  // state and masters of its own in every param
+    weights.train(5, 2);  // other weights for every param
+    for (CheckpointModel* m : {&stepped, &fresh}) {
+      if (weights_first) m->copy_params_from(weights);
+      m->opt->load(dir.str(), {.partial = true});
+      if (!weights_first) m->copy_params_from(weights);
+    }
+    EXPECT_EQ(stepped.opt->step_count("p3"), 2);
+    for (std::size_t j = 4; j < all.size(); ++j)
+      EXPECT_EQ(stepped.opt->step_count(CheckpointModel::name(j)), 0);
+    stepped.train(3, 3);
+    fresh.train(3, 3);
+    stepped.expect_same(fresh);
+  }
+}
+
+TEST(Checkpoint, SaveRefusesConfigsThatLoadWouldRefuse) {
+  TempDir dir;
+  CheckpointModel a = model_a(false), twin = model_a(false);
+  a.train(0, 2);
+  twin.train(0, 2);
+  a.opt->save(dir.str());
+  const auto index = read_all(dir.path / "index.kopt");
+  const auto data = read_all(data_file(dir.path));
+  for (const double bad : {1.5, -0.1}) {
+    a.opt->group(1).config<kopt::AdamConfig>().beta1 = bad;
+    try {
+      a.opt->save(dir.str());
+      ADD_FAILURE() << "save took beta1 = " << bad;
+    } catch (const kopt::InvalidArgument& e) {
+      EXPECT_NE(
+          std::string(e.what()).find("kopt::HybridOptimizer::save: group 1: AdamConfig.beta1"),
+          std::string::npos)
+          << e.what();
+    }
+  }
+  // The good checkpoint is there, byte for byte, and loads; the optimizer is unchanged.
+  EXPECT_EQ(read_all(dir.path / "index.kopt"), index);
+  EXPECT_EQ(read_all(data_file(dir.path)), data);
+  a.opt->group(1).config<kopt::AdamConfig>().beta1 = kConfigs[1].beta1;
+  CheckpointModel b = model_a(false);
+  b.copy_params_from(a);
+  b.opt->load(dir.str());
+  a.train(2, 2);
+  b.train(2, 2);
+  twin.train(2, 2);
+  a.expect_same(twin);
+  b.expect_same(twin);
+}
+
 // A save that fails at any byte (as a crash or a full disk would leave it) keeps the
 // previous checkpoint whole: it loads and resumes as it would have before.
 TEST(Checkpoint, ASaveThatFailsPartWayLeavesThePreviousOneLoadable) {

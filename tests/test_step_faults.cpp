@@ -125,17 +125,35 @@ TEST(StepFaults, AFailedOffloadCopyMakesTheOptimizerRefuseToGoOnUntilLoad) {
   EXPECT_EQ(failures, 5);
 }
 
-TEST(StepFaults, APartialLoadLeavesTheFailedStateWhenItDoesNotCoverEveryParam) {
-  auto model = make_model();
-  model->train(0, 1);
-  TempDir good;
-  model->opt->save(good.str());
-  model->set_grads(1);
-  kopt::Impl::set_host_copy_failure_after(0);
-  EXPECT_THROW(model->opt->step(), kopt::BackendError);
-  kopt::Impl::set_host_copy_failure_after(-1);
-  model->opt->load(good.str(), kopt::LoadOptions{.partial = true});  // covers every param
-  EXPECT_NO_THROW(model->opt->step());
+// A partial load ends the refusals too, whether the file covers every param or not: the
+// params it lacks start afresh (step count 0), so no param keeps a half-updated state.
+TEST(StepFaults, APartialLoadEndsTheFailedState) {
+  for (const bool covers : {true, false}) {
+    SCOPED_TRACE(covers ? "the file covers every param" : "the file lacks the offloaded ones");
+    auto model = make_model();
+    model->train(0, 1);
+    TempDir good;
+    if (covers) {
+      model->opt->save(good.str());
+    } else {
+      CheckpointModel less({model->defs.begin(), model->defs.begin() + 3},
+                           {kopt::AdamConfig{}, kopt::AdamConfig{.amsgrad = true}}, {0, 1, 0},
+                           {0, 1, 2}, kopt::HybridOptions{});
+      less.train(0, 2);
+      less.opt->save(good.str());
+    }
+    model->set_grads(1);
+    kopt::Impl::set_host_copy_failure_after(0);
+    EXPECT_THROW(model->opt->step(), kopt::BackendError);
+    kopt::Impl::set_host_copy_failure_after(-1);
+    EXPECT_THROW(model->opt->step(), kopt::InconsistentState);
+    model->opt->load(good.str(), kopt::LoadOptions{.partial = true});
+    EXPECT_EQ(model->opt->step_count("p3"), covers ? 1 : 0);
+    EXPECT_EQ(model->opt->step_count("p0"), covers ? 1 : 2);
+    model->set_grads(1);
+    EXPECT_NO_THROW(model->opt->step());
+    EXPECT_EQ(model->opt->step_count("p3"), covers ? 2 : 1);
+  }
 }
 
 }  // namespace

@@ -219,8 +219,8 @@ TEST(ErrorMessages, NameTheCallNotTheBuildTree) {
   expect_clean_error<kopt::CheckpointError>([&] { opt.load(dir.str("missing")); }, "missing");
   // Re-wrapped: the group's config error inside the optimizer's message.
   opt.group(0).config().lr = NAN;
-  expect_clean_error<kopt::InvalidArgument>([&] { opt.step(); },
-                                            "kopt::HybridOptimizer: group 0: AdamConfig.lr = nan");
+  expect_clean_error<kopt::InvalidArgument>(
+      [&] { opt.step(); }, "kopt::HybridOptimizer::step: group 0: AdamConfig.lr = nan");
   opt.group(0).config().lr = 1e-3;
   // The same through an engine's own group check.
   kopt::FusedAdam<Space> engine(Space(), kopt::AdamConfig{}, "kopt::test_edge");

@@ -154,6 +154,9 @@ class HybridOptimizer {
   const Placement& find_(const std::string& name) const;
   /// Throws kopt::InconsistentState naming `call` after a step that failed part-way.
   void check_consistent_(const char* call) const;
+  /// Throws kopt::InvalidArgument naming `call`, the group and the field when a group's
+  /// config (mutable between steps) is invalid: step() and save() check them first.
+  void check_configs_(const char* call) const;
   StepStats skip_(StepStats stats);  ///< a step skipped whole (non-finite grads)
   /// load()'s second half, before the states: puts checked configs, step counts and the
   /// arrays each group holds in place.

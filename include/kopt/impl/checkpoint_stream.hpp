@@ -36,6 +36,12 @@ class StateWriter {
   std::vector<unsigned char> bytes_;  ///< and its bytes
 };
 
+/// Gives `engine`'s param `name` (its piece of `n` elements) the state a new param starts
+/// from, for a partial load of a file without it: zeros in every array the engine keeps and
+/// in its per-param state, step count 0, and its master taken from the param at its next
+/// update (commit_state), whatever it held before.
+void apply_fresh(Engine& engine, const std::string& name, std::int64_t n);
+
 /// The data files an index names, read through one window of kCheckpointIoBytes.
 class StateReader {
  public:

@@ -110,7 +110,9 @@ class EngineState {
                     label_ << ": StateStorage.array_dtypes[" << k << "] is set, but "
                            << Policy::name << " has " << Policy::num_arrays << " state arrays");
     constexpr bool takes_q8 = requires { Policy::Config::q8_square_arrays; };
-    for (std::size_t k = 0; k < Policy::num_arrays; ++k)
+    // k != num_arrays, not <: nvcc warns that k < 0 is pointless where a policy has no
+    // arrays (Adafactor), and a user's -Werror would stop there.
+    for (std::size_t k = 0; k != Policy::num_arrays; ++k)
       KOPT_THROW_IF(dtype(k) == DType::q8 && !takes_q8,
                     label_ << ": StateStorage stores " << Policy::name << "'s "
                            << Policy::array_names[k]
@@ -141,7 +143,7 @@ class EngineState {
   static bool root(std::size_t k) { return (q8_roots_of<Policy>() >> k & 1u) != 0; }
   /// Whether any array is q8: params are then laid out on whole blocks.
   bool any_q8() const {
-    for (std::size_t k = 0; k < Policy::num_arrays; ++k)
+    for (std::size_t k = 0; k != Policy::num_arrays; ++k)  // != : as above
       if (dtype(k) == DType::q8) return true;
     return false;
   }

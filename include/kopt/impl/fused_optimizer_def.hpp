@@ -445,7 +445,8 @@ typename FusedOptimizer<ExecSpace, Policy>::State FusedOptimizer<ExecSpace, Poli
     using T = typename std::decay_t<decltype(narrow)>::non_const_value_type;
     return [p = narrow.data()](float* out) { return Impl::WidenSpanFunctor<T>{p, out}; };
   };
-  for (std::size_t k = 0; k < Policy::num_arrays; ++k) {
+  // k != num_arrays, not <: nvcc warns that k < 0 is pointless for Adafactor (no arrays).
+  for (std::size_t k = 0; k != Policy::num_arrays; ++k) {
     if (!state_.held(k)) continue;
     const auto at = range(e.state_offset, e.param.numel);
     if (state_.dtype(k) == DType::bf16) {

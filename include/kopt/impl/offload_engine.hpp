@@ -142,6 +142,11 @@ class OffloadEngine final : public Engine {
   template <class Lone>
   void add_copy_(const Lone& lone, CopyOp* ops, std::size_t& count, void* dst, const void* src,
                  std::size_t bytes) const;
+  /// Adds pipeline chunk `batch`'s copies towards the host: every segment's grad, then the
+  /// params of the segments `with_param(i)` picks (after the grads, so adjacent copies join).
+  template <class Lone, class WithParam>
+  void add_copies_in_(const Lone& lone, CopyOp* ops, std::size_t& count, std::size_t batch,
+                      const WithParam& with_param) const;
   /// A pipeline chunk's copies in one direction, planned: lone_ops_[lone_first, lone_last)
   /// each enqueued on its own, then copy_ops_[ops_at, ops_at + batched) as one batch.
   struct CopyList {

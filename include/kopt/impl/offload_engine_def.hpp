@@ -114,18 +114,10 @@ void OffloadEngine<DeviceExec, StateMem, Policy>::send_grads_(std::size_t batch)
     CopyOp* ops = copy_ops_.data() + 3 * segments_.size() + 2 * batches_[batch].seg_first;
     std::size_t count = 0;
     const auto lone = [&](const CopyOp& op) { to_host_->copy(op.dst, op.src, op.bytes); };
-    const std::size_t first = batches_[batch].seg_first, last = batches_[batch].seg_last;
-    for (std::size_t i = first; i < last; ++i) {
-      const SegmentPlan& s = segment_plans_[i];
-      add_copy_(lone, ops, count, const_cast<void*>(host_slots_[i].grad), s.grad, s.grad_bytes);
-    }
     // A master to reconcile: the param comes along, into its f32 master (which simply
     // becomes the param) or the param staging that update_() reconciles the master with.
-    for (std::size_t i = first; i < last; ++i) {
-      if (!registry_.sync_master(segments_[i].entry)) continue;
-      const SegmentPlan& s = segment_plans_[i];
-      add_copy_(lone, ops, count, host_slots_[i].param, s.param, s.param_bytes);
-    }
+    add_copies_in_(lone, ops, count, batch,
+                   [&](std::size_t i) { return registry_.sync_master(segments_[i].entry); });
     to_host_->copy_batch(ops, count);
   }
   grads_landed_[batch] = to_host_->mark();

@@ -243,16 +243,11 @@ void OffloadEngine<DeviceExec, StateMem, Policy>::plan_copies_() {
     const std::size_t first = batches_[b].seg_first, last = batches_[b].seg_last;
     CopyList& in = in_lists_[b];
     in = CopyList{lone_ops_.size(), 0, 2 * first, 0};
-    for (std::size_t i = first; i < last; ++i)
-      add_copy_(lone, copy_ops_.data() + in.ops_at, in.batched,
-                const_cast<void*>(host_slots_[i].grad), segment_plans_[i].grad,
-                segment_plans_[i].grad_bytes);
     // Remainders, and groups without masters, need their params every step: a param is
-    // half its master, or all of it. (After the grads, so that adjacent copies join.)
-    if (!state_.master_copies())
-      for (std::size_t i = first; i < last; ++i)
-        add_copy_(lone, copy_ops_.data() + in.ops_at, in.batched, host_slots_[i].param,
-                  segment_plans_[i].param, segment_plans_[i].param_bytes);
+    // half its master, or all of it.
+    const bool params = !state_.master_copies();
+    add_copies_in_(lone, copy_ops_.data() + in.ops_at, in.batched, b,
+                   [&](std::size_t) { return params; });
     in.lone_last = lone_ops_.size();
     CopyList& out = out_lists_[b];
     out = CopyList{lone_ops_.size(), 0, 2 * segments_.size() + first, 0};
@@ -291,6 +286,21 @@ void OffloadEngine<DeviceExec, StateMem, Policy>::add_copy_(const Lone& lone, Co
     else
       ops[count++] = CopyOp{dst, src, bytes};
   }
+}
+
+template <class DeviceExec, class StateMem, class Policy>
+template <class Lone, class WithParam>
+void OffloadEngine<DeviceExec, StateMem, Policy>::add_copies_in_(
+    const Lone& lone, CopyOp* ops, std::size_t& count, std::size_t batch,
+    const WithParam& with_param) const {
+  const std::size_t first = batches_[batch].seg_first, last = batches_[batch].seg_last;
+  for (std::size_t i = first; i < last; ++i)
+    add_copy_(lone, ops, count, const_cast<void*>(host_slots_[i].grad), segment_plans_[i].grad,
+              segment_plans_[i].grad_bytes);
+  for (std::size_t i = first; i < last; ++i)
+    if (with_param(i))
+      add_copy_(lone, ops, count, host_slots_[i].param, segment_plans_[i].param,
+                segment_plans_[i].param_bytes);
 }
 
 }  // namespace kopt::Impl

@@ -13,8 +13,9 @@
 /// 18-byte step's rate: decoding and encoding took 60% of it. Here a subnormal code decodes
 /// by an exact conversion of its mantissa to float, where Q8Map::value finds its leading
 /// bit; a normal code is its bits shifted into the float's; and the codes are packed into
-/// bytes by AVX-512's packs: 1.16 G elements/s. What is left is arithmetic: v's codes are
-/// of its square roots, a third square root per element beside Adam's root and divide.
+/// bytes by AVX-512's packs: 1.16 G elements/s. What is left is arithmetic spread over the
+/// whole step: encoding v from the root Adam's update takes (one square root fewer) measured
+/// within noise, so the encoder takes its own (README, precision-aware state).
 
 #include <bit>
 #include <cstdint>
