@@ -118,13 +118,18 @@ HybridOptimizer::HybridOptimizer(std::vector<ParamGroup> groups, const HybridOpt
       KOPT_THROW_IF(groups_[g].placement() == StatePlacement::host,
                     what << "offloaded groups (StatePlacement::host) do not run it (parameter '"
                          << groups_[g].params().front().name << "'): keep its state with_params");
-      for (const ParamSpec& p : groups_[g].params())
-        KOPT_THROW_IF((matrices && !p.param.is_matrix()) || p.param.is_shard(),
+      for (const ParamSpec& p : groups_[g].params()) {
+        // A piece the training code cut (pre-sharded) may carry its tensor's shape: it is
+        // still not the whole matrix.
+        KOPT_THROW_IF(p.param.is_shard(), what << "parameter '" << p.name << "' is "
+                                               << describe(p.param)
+                                               << ": give the whole tensor (sharding options "
+                                                  "cut it where needed)");
+        KOPT_THROW_IF(matrices && !p.param.is_matrix(),
                       what << "parameter '" << p.name << "' is " << describe(p.param)
-                           << (matrices ? ": give it its 2-D shape (kopt::Tensor::matrix), or "
-                                          "put it in a group of an elementwise algorithm (AdamW)"
-                                        : ": give the whole tensor (sharding options cut it "
-                                          "where needed)"));
+                           << ": give it its 2-D shape (kopt::Tensor::matrix), or put it in a "
+                              "group of an elementwise algorithm (AdamW)");
+      }
     }
     for (const ParamSpec& p : groups_[g].params()) {
       KOPT_THROW_IF(p.param.is_shard() && !options_.sharding,

@@ -187,7 +187,8 @@ TEST(AlgorithmsBadConfig, MuonParamsWithoutShapeOrOffloadedAreRefusedNamingThem)
   // itself is not a whole matrix.
   kopt::HybridOptions sharded;
   sharded.sharding = kopt::ShardingOptions{std::make_shared<kopt::SingleProcessCommunicator>()};
-  for (const char* needle : {"group 1 runs 'muon'", "'layer.weight'", "elements 12.. of 24"})
+  for (const char* needle :
+       {"group 1 runs 'muon'", "'layer.weight'", "elements 12.. of 24", "give the whole tensor"})
     expect_error<kopt::InvalidArgument>(
         [&] {
           kopt::HybridOptimizer opt(groups(with_params, weight.shard_of(24, 12).matrix(4, 6)),

@@ -134,9 +134,10 @@ kopt_status kopt_groups_add_param(kopt_groups* groups, size_t group, const char*
                                   int64_t numel, kopt_memory_space space);
 
 /* The same for a param that is a rows x cols matrix, row-major (kopt::Tensor::matrix): the
- * algorithms that update whole matrices (Muon) need the shape, and refuse a param added
- * without one; Adafactor factors the second moment of a param with a shape (and keeps a
- * whole variance for one without); elementwise algorithms ignore it. */
+ * algorithms that update whole matrices (Muon) need the shape: kopt_optimizer_create
+ * refuses a param added without one, naming it; Adafactor factors the second moment of a
+ * param with a shape (and keeps a whole variance for one without); elementwise algorithms
+ * ignore it. */
 kopt_status kopt_groups_add_matrix_param(kopt_groups* groups, size_t group, const char* name,
                                          void* param, kopt_dtype param_dtype, void* grad,
                                          kopt_dtype grad_dtype, int64_t rows, int64_t cols,
