@@ -6,6 +6,7 @@
 // it pays a write-allocate read that in-place stores do not, and is the wrong ceiling for Adam.
 
 #include <algorithm>
+#include <array>
 #include <kopt/fused_adam.hpp>
 #include <kopt/impl/update_kernel.hpp>
 
@@ -139,8 +140,13 @@ constexpr unsigned adam_arrays(bool amsgrad) { return amsgrad ? 7u : 3u; }
 /// grad): `s` is FusedOptimizer::state(), arrays[k] for bit k of Arrays.
 template <class ParamT, class GradT, unsigned Arrays, class State>
 UpdatePattern<ParamT, GradT, Arrays> pattern_of(ParamT* param, const GradT* grad, const State& s) {
-  const auto at = [&](std::size_t k) {
-    return k < s.arrays.size() ? const_cast<float*>(s.arrays[k].data()) : nullptr;
+  // No compare where the policy has no arrays (Adafactor): nvcc warns that k < 0 is pointless.
+  constexpr std::size_t n = std::tuple_size_v<decltype(State::arrays)>;
+  const auto at = [&](std::size_t k) -> float* {
+    if constexpr (n == 0)
+      return nullptr;
+    else
+      return k < n ? const_cast<float*>(s.arrays[k].data()) : nullptr;
   };
   return {param, grad, const_cast<float*>(s.master.data()), at(0), at(1), at(2)};
 }
