@@ -256,11 +256,12 @@ class GradNorms {
             const Kokkos::View<const UpdateSlot*, memory_space>& slots, NormParts& out) const {
     sums_(exec, label, slots, out, false);
   }
-  /// The same through the device path (a league of teams), on any execution space: tests
-  /// run it on the host's and compare it bitwise with the host path.
+  /// The same through the device path (a league of teams), on a space that has it
+  /// (has_device_paths): tests run it on the host's and compare it bitwise with the host path.
   void sums_with_teams(const ExecSpace& exec, const std::string& label,
                        const Kokkos::View<const UpdateSlot*, memory_space>& slots,
                        NormParts& out) const {
+    static_assert(has_device_paths<ExecSpace>, "no device path compiled for this space");
     sums_(exec, label, slots, out, true);
   }
 
@@ -272,24 +273,27 @@ class GradNorms {
     out.fragments = fragments_;
     if (num_chunks_ == 0) return;
     // The team path (devices; host spaces in tests) sums blocks first, then joins them.
-    const bool team_path =
-        teams || !runs_on_host<ExecSpace> || host_team_paths().load(std::memory_order_relaxed);
+    const bool team_path = teams || takes_device_paths<ExecSpace>();
     const auto needed = static_cast<std::size_t>(bodies_ * blocks_per_chunk_);
     if (team_path && block_sums_.extent(0) < needed)  // host spaces only: tests
       block_sums_ = Kokkos::View<double*, memory_space>(label + "::norm_block_sums", needed);
     const GradChunkSumSqFunctor<ExecSpace> functor{slots,   chunks_,     partials_,        values_,
                                                    bodies_, block_sums_, blocks_per_chunk_};
-    if (teams && runs_on_host<ExecSpace>)
-      Kokkos::parallel_for(
-          label,
-          Kokkos::TeamPolicy<ExecSpace>(exec, static_cast<int>(num_chunks_), Kokkos::AUTO)
-              .set_scratch_size(0, Kokkos::PerTeam(functor.team_scratch_bytes())),
-          functor);
-    else
-      launch_chunks(exec, label, num_chunks_, functor);  // teams on devices
-    if (team_path)
-      Kokkos::parallel_for(label + "::join", Kokkos::RangePolicy<ExecSpace>(exec, 0, bodies_),
-                           JoinBlockSumsFunctor<ExecSpace>{functor});
+    if constexpr (has_device_paths<ExecSpace>) {
+      if (teams && runs_on_host<ExecSpace>)
+        Kokkos::parallel_for(
+            label,
+            Kokkos::TeamPolicy<ExecSpace>(exec, static_cast<int>(num_chunks_), Kokkos::AUTO)
+                .set_scratch_size(0, Kokkos::PerTeam(functor.team_scratch_bytes())),
+            functor);
+      else
+        launch_chunks(exec, label, num_chunks_, functor);  // teams on devices
+      if (team_path)
+        Kokkos::parallel_for(label + "::join", Kokkos::RangePolicy<ExecSpace>(exec, 0, bodies_),
+                             JoinBlockSumsFunctor<ExecSpace>{functor});
+    } else {
+      launch_chunks(exec, label, num_chunks_, functor);
+    }
     Kokkos::deep_copy(exec, partials_host_, partials_);
     Kokkos::deep_copy(exec, values_host_, values_);
     fence(exec, label);

@@ -104,10 +104,10 @@ struct JoinColumns {
 }  // namespace detail
 
 /// Whether a tensor stage on ExecSpace takes its device passes: on devices, and on the host
-/// under ScopedTeamPaths.
+/// space that has them (has_device_paths) under ScopedTeamPaths.
 template <class ExecSpace>
 bool device_passes() {
-  return !runs_on_host<ExecSpace> || host_team_paths().load(std::memory_order_relaxed);
+  return takes_device_paths<ExecSpace>();
 }
 
 /// items.finish(b, lane_square_sum of item b) for b in [0, n), on ExecSpace's default

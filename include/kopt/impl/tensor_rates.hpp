@@ -47,7 +47,7 @@ class TensorRates<ExecSpace, Policy, true> {
       allocation_point();
       cs.sums = decltype(cs.sums)(label + "::tensor_sums", cs.chunks.size(), K);
       cs.sums_host = Kokkos::create_mirror_view(cs.sums);
-      if (!runs_on_host<ExecSpace> || host_team_paths().load(std::memory_order_relaxed)) {
+      if (takes_device_paths<ExecSpace>()) {
         allocation_point();
         cs.block_sums =
             decltype(cs.block_sums)(label + "::tensor_block_sums", cs.chunks.size() * bpc, K);
@@ -205,8 +205,7 @@ class TensorRates<ExecSpace, Policy, true> {
                const Kokkos::View<const Scalars*, memory_space>& scalars,
                const Kokkos::View<Chunk*, memory_space>& chunks) {
     constexpr std::int64_t bpc = chunk_size<ExecSpace> / tensor_sum_block;
-    const bool teams =
-        !runs_on_host<ExecSpace> || host_team_paths().load(std::memory_order_relaxed);
+    const bool teams = takes_device_paths<ExecSpace>();
     if (teams && cs.block_sums.extent(0) < cs.chunks.size() * bpc)  // team paths turned on later
       cs.block_sums =
           decltype(cs.block_sums)(label + "::tensor_block_sums", cs.chunks.size() * bpc, K);
@@ -221,10 +220,11 @@ class TensorRates<ExecSpace, Policy, true> {
             const F functor{slots,   scalars,       chunks, StateDTypes::from(storage),
                             cs.sums, cs.block_sums, bpc};
             launch_chunks(exec, label + "::tensor_sums", n, functor);
-            if (teams)
-              Kokkos::parallel_for(label + "::tensor_sums_join",
-                                   Kokkos::RangePolicy<ExecSpace>(exec, 0, n * K),
-                                   JoinTensorBlocks<F>{functor});
+            if constexpr (has_device_paths<ExecSpace>)
+              if (teams)
+                Kokkos::parallel_for(label + "::tensor_sums_join",
+                                     Kokkos::RangePolicy<ExecSpace>(exec, 0, n * K),
+                                     JoinTensorBlocks<F>{functor});
           });
         });
       });

@@ -34,8 +34,8 @@
 
 namespace kopt::Impl {
 
-/// The fused update of every chunk in `chunks_` on a device (and on the host under
-/// ScopedTeamPaths; host spaces otherwise take HostUpdateFunctor, kopt/impl/host_chunks.hpp):
+/// The fused update of every chunk in `chunks_` on a device (and on the default host space
+/// under ScopedTeamPaths, kopt/impl/team_paths.hpp; host spaces otherwise take HostUpdateFunctor, kopt/impl/host_chunks.hpp):
 /// a team per chunk. The policy's variant V, ParamT/GradT and the state's form F are chosen
 /// once on the host, so the element loop has no branch on them.
 /// `Q8`: a NarrowState launch with a q8 array, whose device teams give each block a warp
@@ -220,9 +220,8 @@ void launch_chunks(const ExecSpace& exec, const std::string& label, std::int64_t
                    const Functor& functor) {
   if (num_chunks == 0) return;
   if constexpr (runs_on_host<ExecSpace>)
-    if (!host_team_paths().load(std::memory_order_relaxed))
-      return launch_range(exec, label, num_chunks, functor);
-  launch_teams(exec, label, num_chunks, functor);
+    if (!takes_device_paths<ExecSpace>()) return launch_range(exec, label, num_chunks, functor);
+  if constexpr (has_device_paths<ExecSpace>) launch_teams(exec, label, num_chunks, functor);
 }
 
 /// The master element a 16-bit param's next update starts from, after the training code may
@@ -325,7 +324,7 @@ void launch_sync(const ExecSpace& exec, const std::string& label, DType dtype,
 /// Launches the fused update of `chunks` for one kernel class: the dtypes, the policy's
 /// variant and the state's form (`storage`) are chosen here, once, so the element loop has
 /// no branch on them. Host spaces run the chunk function compiled for them all
-/// (host_chunk_fn), devices and ScopedTeamPaths a team kernel per combination.
+/// (host_chunk_fn), devices (and ScopedTeamPaths) a team kernel per combination.
 template <class ExecSpace, class Policy>
 void launch_update(
     const ExecSpace& exec, const std::string& label, DType param, DType grad, int variant,
@@ -342,33 +341,34 @@ void launch_update(
   launched_update_chunks().fetch_add(static_cast<std::uint64_t>(n), std::memory_order_relaxed);
   const StateDTypes dtypes = StateDTypes::from(storage, q8_roots_of<Policy>());
   if constexpr (runs_on_host<ExecSpace>) {
-    if (!host_team_paths().load(std::memory_order_relaxed))
+    if (!takes_device_paths<ExecSpace>())
       return launch_range(
           exec, label, n,
           HostUpdateFunctor<ExecSpace, Policy>{host_chunk_fn<Policy>(param, grad, variant, storage),
                                                slots, scalars, chunks, steps, rates, dtypes,
                                                storage.rounding == Rounding::stochastic});
   }
-  visit_update_dtype(param, [&](auto param_type) {
-    visit_update_dtype(grad, [&](auto grad_type) {
-      visit_variant<Policy>(variant, [&](auto v) {
-        using P = decltype(param_type);
-        using G = decltype(grad_type);
-        visit_form<P>(storage, [&](auto form) {
-          using F = decltype(form);
-          const auto launch = [&](auto q8) {
-            launch_teams(exec, label, n,
-                         FusedUpdateFunctor<ExecSpace, Policy, decltype(v)::value, P, G, F,
-                                            decltype(q8)::value>{slots, scalars, chunks, steps,
-                                                                 dtypes, rates});
-          };
-          if constexpr (has_q8_state<Policy> && std::is_same_v<typename F::StateT, NarrowState>)
-            if (storage.any(DType::q8)) return launch(std::true_type{});
-          launch(std::false_type{});
+  if constexpr (has_device_paths<ExecSpace>)
+    visit_update_dtype(param, [&](auto param_type) {
+      visit_update_dtype(grad, [&](auto grad_type) {
+        visit_variant<Policy>(variant, [&](auto v) {
+          using P = decltype(param_type);
+          using G = decltype(grad_type);
+          visit_form<P>(storage, [&](auto form) {
+            using F = decltype(form);
+            const auto launch = [&](auto q8) {
+              launch_teams(exec, label, n,
+                           FusedUpdateFunctor<ExecSpace, Policy, decltype(v)::value, P, G, F,
+                                              decltype(q8)::value>{slots, scalars, chunks, steps,
+                                                                   dtypes, rates});
+            };
+            if constexpr (has_q8_state<Policy> && std::is_same_v<typename F::StateT, NarrowState>)
+              if (storage.any(DType::q8)) return launch(std::true_type{});
+            launch(std::false_type{});
+          });
         });
       });
     });
-  });
 }
 
 }  // namespace kopt::Impl
