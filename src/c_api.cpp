@@ -17,6 +17,9 @@ namespace {
 
 using namespace kopt::c_api;
 std::atomic<long> live_optimizers{0};  // kopt_finalize refuses while any exists
+// Whether kopt_initialize started Kokkos: kopt_finalize ends only a Kokkos it started, not
+// one the code (or another library in it) runs.
+std::atomic<bool> started_kokkos{false};
 
 std::string name_arg(const char* name) {
   KOPT_THROW_IF(name == nullptr, "kopt C API: name is NULL");
@@ -69,7 +72,9 @@ void kopt_options_default(kopt_options* options) {
 
 kopt_status kopt_initialize(void) {
   return guard([] {
-    if (!Kokkos::is_initialized()) Kokkos::initialize();
+    if (Kokkos::is_initialized()) return;
+    Kokkos::initialize();
+    started_kokkos = true;
   });
 }
 
@@ -78,7 +83,7 @@ kopt_status kopt_finalize(void) {
     const long live = live_optimizers.load();
     KOPT_THROW_IF(live != 0, "kopt_finalize: " << live << " kopt_optimizer(s) still exist: "
                                                << "kopt_optimizer_destroy them first");
-    if (Kokkos::is_initialized()) Kokkos::finalize();
+    if (started_kokkos.exchange(false) && Kokkos::is_initialized()) Kokkos::finalize();
   });
 }
 

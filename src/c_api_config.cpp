@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 #include <kopt/algorithm_config.hpp>
+#include <string>
 #include <type_traits>
 
 #include "c_api_support.hpp"
@@ -35,6 +36,15 @@ void with_field(kopt::AlgorithmConfig& config, const char* name, F&& f) {
                 "kopt C API: " << kopt::algorithm_name(config) << " has no field '" << name << "'");
 }
 
+/// The names kopt_config_create knows, for its error message.
+std::string algorithm_names() {
+  std::string out;
+  for (std::size_t i = 0; i < kopt::Impl::num_algorithms; ++i)
+    out += std::string(i == 0 ? "'" : ", '") +
+           kopt::Impl::visit_config_type(i, [](auto c) { return decltype(c)::name; }) + "'";
+  return out;
+}
+
 }  // namespace
 
 extern "C" {
@@ -45,7 +55,9 @@ kopt_status kopt_config_create(const char* algorithm, kopt_config** config) {
     KOPT_THROW_IF(algorithm == nullptr, "kopt C API: algorithm is NULL");
     const std::size_t index = kopt::Impl::algorithm_index(algorithm);
     KOPT_THROW_IF(index == kopt::Impl::num_algorithms,
-                  "kopt C API: no algorithm named '" << algorithm << "'");
+                  "kopt C API: no algorithm named '"
+                      << algorithm << "' (known: " << algorithm_names()
+                      << "; 'adam' is AdamW by default, Adam with decoupled = 0)");
     *config = new kopt_config{
         kopt::Impl::visit_config_type(index, [](auto c) { return kopt::AlgorithmConfig(c); })};
   });

@@ -1,6 +1,7 @@
 /* kopt's C interface: the HybridOptimizer for C and Fortran codes (iso_c_binding).
  *
- * Every function returns a kopt_status; on anything but KOPT_OK, kopt_last_error() gives
+ * Every function that can fail returns a kopt_status (the _destroy and _default functions
+ * return nothing and take NULL); on anything but KOPT_OK, kopt_last_error() gives
  * the message (thread-local, valid until the next kopt call on that thread) and nothing
  * was changed. No C++ exception crosses this interface. Build the optimizer in two steps:
  * collect groups and params in a kopt_groups, then create the kopt_optimizer from it.
@@ -83,12 +84,16 @@ const char* kopt_last_error(void);
 void kopt_adam_config_default(kopt_adam_config* config);
 void kopt_options_default(kopt_options* options);
 
-/* Kokkos::initialize / finalize, for codes that do not run Kokkos themselves. kopt_finalize
+/* Kokkos::initialize / finalize, for codes that do not run Kokkos themselves. kopt_initialize
+ * does nothing where Kokkos already runs, and kopt_finalize ends only a Kokkos that
+ * kopt_initialize started (not the code's own, nor one already finalized). kopt_finalize
  * refuses (KOPT_ERROR_INVALID_ARGUMENT) while an optimizer created here still exists. */
 kopt_status kopt_initialize(void);
 kopt_status kopt_finalize(void);
 
-/* A config of `algorithm` with its defaults (torch's); free it with kopt_config_destroy. */
+/* A config of `algorithm` ("adam", AdamW by default and Adam with decoupled = 0; "sgd",
+ * "lion", "adagrad", "lamb", "muon", "adafactor") with its defaults (torch's); free it with
+ * kopt_config_destroy. */
 kopt_status kopt_config_create(const char* algorithm, kopt_config** config);
 void kopt_config_destroy(kopt_config* config);
 /* The algorithm's name (valid while the config lives). */

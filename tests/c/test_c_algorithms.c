@@ -36,6 +36,9 @@ int main(void) {
 
   /* Bad names and values: refused, naming them; the config keeps its value. */
   CHECK(kopt_config_create("adamax", &none) == KOPT_ERROR_INVALID_ARGUMENT && none == NULL);
+  /* The message names the algorithms there are, and where AdamW is. */
+  CHECK(strstr(kopt_last_error(), "'adam', 'sgd'") != NULL);
+  CHECK(strstr(kopt_last_error(), "'adam' is AdamW by default") != NULL);
   CHECK(strstr(kopt_last_error(), "adamax") != NULL);
   CHECK(kopt_config_set(sgd, "betas", 0.5) == KOPT_ERROR_INVALID_ARGUMENT);
   CHECK(strstr(kopt_last_error(), "betas") != NULL);

@@ -108,6 +108,14 @@ int main(void) {
 
   kopt_optimizer_destroy(opt);
   CHECK(kopt_finalize() == KOPT_OK);
+  /* It ended the Kokkos kopt_initialize started: an optimizer can no longer be made. */
+  CHECK(kopt_groups_create(&groups) == KOPT_OK);
+  CHECK(kopt_groups_add_group(groups, &config, 0, NULL) == KOPT_OK);
+  CHECK(kopt_groups_add_param(groups, 0, "w", w, KOPT_F32, g, KOPT_F32, N, KOPT_HOST) == KOPT_OK);
+  opt = NULL;
+  CHECK(kopt_optimizer_create(groups, NULL, &opt) == KOPT_ERROR_NOT_INITIALIZED && opt == NULL);
+  kopt_groups_destroy(groups);
+  CHECK(kopt_finalize() == KOPT_OK); /* nothing left to end */
   if (failures == 0) printf("C API: all checks passed\n");
   return failures == 0 ? 0 : 1;
 }

@@ -1,4 +1,5 @@
-# Run by CTest (see CMakeLists.txt): install, configure + build the consumer, run it.
+# Run by CTest (see CMakeLists.txt): install, configure + build the consumers, run them; then
+# the projects koptConfig.cmake must refuse, each with its message.
 function(run)
   execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
   if(NOT rc EQUAL 0)
@@ -7,9 +8,24 @@ function(run)
   message(STATUS "${out}")
 endfunction()
 
+# `project` configured in build directory `build` with `prefixes` must fail, its output
+# matching `expected`.
+function(expect_refused project build prefixes expected)
+  execute_process(COMMAND ${CMAKE_COMMAND} -S ${CMAKE_CURRENT_LIST_DIR}/${project}
+                          -B ${CONSUMER_BUILD}/${build} -G ${GENERATOR} ${toolchain}
+                          -DCMAKE_CXX_COMPILER=${CXX_COMPILER} "-DCMAKE_PREFIX_PATH=${prefixes}"
+                  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+  string(REGEX REPLACE "[ \n]+" " " flat "${out}")  # CMake wraps long messages
+  if(rc EQUAL 0 OR NOT flat MATCHES "${expected}")
+    message(FATAL_ERROR "${build}: expected a refusal matching '${expected}', got (${rc}):\n${out}")
+  endif()
+  message(STATUS "${build}: refused as expected")
+endfunction()
+
 file(REMOVE_RECURSE ${PREFIX} ${CONSUMER_BUILD})
 run(${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${PREFIX})
-string(REPLACE ";" "\\;" deps "${DEPS_PREFIX_PATH}")
+set(prefixes "${PREFIX};${DEPS_PREFIX_PATH}")
+string(REPLACE ";" "\\;" escaped "${prefixes}")
 # A toolchain file carries what the compiler alone does not (bootstrap-deps.sh --with-cuda's
 # Clang flags, docs/cuda-builds.md).
 set(toolchain "")
@@ -17,6 +33,33 @@ if(TOOLCHAIN_FILE)
   set(toolchain "-DCMAKE_TOOLCHAIN_FILE=${TOOLCHAIN_FILE}")
 endif()
 run(${CMAKE_COMMAND} -S ${CONSUMER_SOURCE} -B ${CONSUMER_BUILD} -G ${GENERATOR} ${toolchain}
-    -DCMAKE_CXX_COMPILER=${CXX_COMPILER} "-DCMAKE_PREFIX_PATH=${PREFIX}\;${deps}")
+    -DCMAKE_CXX_COMPILER=${CXX_COMPILER} "-DCMAKE_PREFIX_PATH=${escaped}")
 run(${CMAKE_COMMAND} --build ${CONSUMER_BUILD})
 run(${CONSUMER_BUILD}/kopt_consumer)
+
+# From C: tests/c/test_c_api.c built by a C project against the installed package.
+run(${CMAKE_COMMAND} -S ${CMAKE_CURRENT_LIST_DIR}/c_consumer -B ${CONSUMER_BUILD}/c -G ${GENERATOR}
+    ${toolchain} -DCMAKE_CXX_COMPILER=${CXX_COMPILER} "-DCMAKE_PREFIX_PATH=${escaped}"
+    -DC_SOURCE=${C_SOURCE})
+run(${CMAKE_COMMAND} --build ${CONSUMER_BUILD}/c)
+run(${CONSUMER_BUILD}/c/kopt_c_consumer)
+
+expect_refused(c_only c_only "${prefixes}" "enable CXX in this project too")
+
+# Another Kokkos than the one kopt was built with: a version or a backend set of its own (a
+# stand-in KokkosConfig.cmake, found first), refused naming both.
+function(other_kokkos name version backends)
+  set(dir ${CONSUMER_BUILD}/${name}/lib/cmake/Kokkos)
+  file(WRITE ${dir}/KokkosConfigVersion.cmake
+       "set(PACKAGE_VERSION ${version})\nset(PACKAGE_VERSION_COMPATIBLE TRUE)\n")
+  file(WRITE ${dir}/KokkosConfig.cmake "set(Kokkos_DEVICES \"${backends}\")\n")
+  foreach(space ${backends})
+    file(APPEND ${dir}/KokkosConfig.cmake "set(Kokkos_ENABLE_${space} ON)\n")
+  endforeach()
+  list(JOIN backends ", " listed)
+  expect_refused(consumer ${name}-build "${CONSUMER_BUILD}/${name};${prefixes}"
+                 "kopt was built against Kokkos .* is ${version} with backends ${listed}:")
+endfunction()
+separate_arguments(KOPT_BACKENDS)
+other_kokkos(kokkos_version 9.9.9 "${KOPT_BACKENDS}")
+other_kokkos(kokkos_backends ${KOKKOS_VERSION} "${KOPT_BACKENDS};CUDA")
