@@ -109,7 +109,6 @@ void kopt_groups_destroy(kopt_groups* groups);
  * 0, goes to *index when index is not NULL. */
 kopt_status kopt_groups_add_group(kopt_groups* groups, const kopt_adam_config* config,
                                   int32_t host_state, size_t* index);
-/* A named param of `numel` elements and its grad (NULL: none yet), both in `space`. */
 /* The same for a group of any algorithm (validated first). */
 kopt_status kopt_groups_add_group_config(kopt_groups* groups, const kopt_config* config,
                                          int32_t host_state, size_t* index);
@@ -134,6 +133,7 @@ kopt_status kopt_groups_set_state_dtype(kopt_groups* groups, size_t group, kopt_
  * e.g. KOPT_F32 for "exp_avg_sq" after kopt_groups_set_state_dtype(g, i, KOPT_BF16). */
 kopt_status kopt_groups_set_array_dtype(kopt_groups* groups, size_t group, const char* array,
                                         kopt_dtype dtype);
+/* A named param of `numel` elements and its grad (NULL: none yet), both in `space`. */
 kopt_status kopt_groups_add_param(kopt_groups* groups, size_t group, const char* name, void* param,
                                   kopt_dtype param_dtype, void* grad, kopt_dtype grad_dtype,
                                   int64_t numel, kopt_memory_space space);

@@ -44,6 +44,15 @@ run(${CMAKE_COMMAND} -S ${CMAKE_CURRENT_LIST_DIR}/c_consumer -B ${CONSUMER_BUILD
 run(${CMAKE_COMMAND} --build ${CONSUMER_BUILD}/c)
 run(${CONSUMER_BUILD}/c/kopt_c_consumer)
 
+# From Fortran: examples/fortran/least_squares.f90 against the installed module.
+if(FORTRAN_SOURCE)
+  run(${CMAKE_COMMAND} -S ${CMAKE_CURRENT_LIST_DIR}/fortran_consumer -B ${CONSUMER_BUILD}/fortran
+      -G ${GENERATOR} ${toolchain} -DCMAKE_CXX_COMPILER=${CXX_COMPILER}
+      "-DCMAKE_PREFIX_PATH=${escaped}" -DFORTRAN_SOURCE=${FORTRAN_SOURCE})
+  run(${CMAKE_COMMAND} --build ${CONSUMER_BUILD}/fortran)
+  run(${CONSUMER_BUILD}/fortran/kopt_fortran_consumer)
+endif()
+
 expect_refused(c_only c_only "${prefixes}" "enable CXX in this project too")
 
 # Another Kokkos than the one kopt was built with: a version or a backend set of its own (a

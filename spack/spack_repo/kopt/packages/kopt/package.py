@@ -23,14 +23,15 @@ class Kopt(CMakePackage, CudaPackage):
     variant("benchmarks", default=False, description="Build the Google Benchmark perf suite")
     variant("examples", default=False, description="Build the example programs")
     variant("mpi", default=False, description="Build kopt::MpiCommunicator (ZeRO sharding)")
+    variant("fortran", default=True, description="Build the Fortran module (kopt::fortran)")
 
     # Ninja is what kopt's own scripts use; Unix Makefiles works as well.
     generator("ninja", "make", default="ninja")
 
     depends_on("cxx", type="build")
-    # The test suite has a C test of the C interface; examples build a Fortran one when a
-    # Fortran compiler is found.
+    # The test suite has a C test of the C interface, and with +fortran a Fortran one.
     depends_on("c", type="build")
+    depends_on("fortran", type="build", when="+fortran")
     depends_on("mpi", when="+mpi")
     depends_on("cmake@3.16:", type="build")
 
@@ -84,6 +85,7 @@ class Kopt(CMakePackage, CudaPackage):
             self.define_from_variant("kopt_ENABLE_BENCHMARKS", "benchmarks"),
             self.define_from_variant("kopt_ENABLE_EXAMPLES", "examples"),
             self.define_from_variant("kopt_ENABLE_MPI", "mpi"),
+            self.define_from_variant("kopt_ENABLE_FORTRAN", "fortran"),
             # -Werror is for kopt's CI, not for users' compilers.
             self.define("kopt_ENABLE_WERROR", False),
             # Spack passes the target's flags (-march=...) itself.
