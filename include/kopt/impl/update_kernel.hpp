@@ -35,9 +35,10 @@
 namespace kopt::Impl {
 
 /// The fused update of every chunk in `chunks_` on a device (and on the default host space
-/// under ScopedTeamPaths, kopt/impl/team_paths.hpp; host spaces otherwise take HostUpdateFunctor, kopt/impl/host_chunks.hpp):
-/// a team per chunk. The policy's variant V, ParamT/GradT and the state's form F are chosen
-/// once on the host, so the element loop has no branch on them.
+/// under ScopedTeamPaths, kopt/impl/team_paths.hpp; host spaces otherwise take
+/// HostUpdateFunctor, kopt/impl/host_chunks.hpp): a team per chunk. The policy's variant V,
+/// ParamT/GradT and the state's form F are chosen once on the host, so the element loop has
+/// no branch on them.
 /// `Q8`: a NarrowState launch with a q8 array, whose device teams give each block a warp
 /// (q8_blocks); a kernel of its own, as its scratch, reductions and registers would slow the
 /// element loop of every other launch.
