@@ -7,6 +7,7 @@
 #include <kopt/impl/checkpoint_stream.hpp>
 #include <kopt/impl/engine.hpp>
 #include <kopt/impl/profiling.hpp>
+#include <kopt/impl/rank_agreement.hpp>
 #include <kopt/impl/shard_plan.hpp>
 #include <limits>
 #include <map>
@@ -20,39 +21,16 @@ namespace kopt {
 namespace {
 namespace fs = std::filesystem;
 
-// Every rank's flag; throws on every rank when one failed, with that rank's message there.
+// Throws on every rank when one failed: its own error there, "<what> failed on rank R: ..."
+// on the others.
 void agree(Communicator& comm, const std::string& error, const std::string& what) {
-  const unsigned char mine = error.empty() ? 0 : 1;
-  std::vector<unsigned char> all(static_cast<std::size_t>(comm.size()));
-  comm.all_gather_bytes(&mine, all.data(), std::vector<std::size_t>(all.size(), 1));
+  std::exception_ptr failed;
   // `error` is a whole message already (prefix, file and line): wrapping it again would
   // read "kopt: kopt: ... [checkpoint.cpp:N]".
-  if (!error.empty()) throw CheckpointError(error.rfind("kopt", 0) == 0 ? error : "kopt: " + error);
-  for (std::size_t r = 0; r < all.size(); ++r)
-    KOPT_THROW_IF_AS(CheckpointError, all[r] != 0, what << " failed on rank " << r);
-}
-
-// Every rank's bytes, one buffer per rank.
-std::vector<std::vector<unsigned char>> gather(Communicator& comm,
-                                               const std::vector<unsigned char>& mine) {
-  const auto world = static_cast<std::size_t>(comm.size());
-  const std::uint64_t n = mine.size();
-  std::vector<std::uint64_t> sizes(world);
-  comm.all_gather_bytes(&n, sizes.data(), std::vector<std::size_t>(world, sizeof(n)));
-  std::vector<std::size_t> bytes(sizes.begin(), sizes.end());
-  std::vector<unsigned char> all;
-  std::size_t total = 0;
-  for (const std::size_t b : bytes) total += b;
-  all.resize(total);
-  comm.all_gather_bytes(mine.data(), all.data(), bytes);
-  std::vector<std::vector<unsigned char>> out;
-  std::size_t at = 0;
-  for (const std::size_t b : bytes) {
-    out.emplace_back(all.begin() + static_cast<std::ptrdiff_t>(at),
-                     all.begin() + static_cast<std::ptrdiff_t>(at + b));
-    at += b;
-  }
-  return out;
+  if (!error.empty())
+    failed = std::make_exception_ptr(
+        CheckpointError(error.rfind("kopt", 0) == 0 ? error : "kopt: " + error));
+  Impl::agree_across_ranks(comm, what, failed, "");
 }
 
 std::int64_t global_numel(const Tensor& t) { return t.is_shard() ? t.global_numel : t.numel; }
@@ -167,7 +145,7 @@ void HybridOptimizer::save(const std::string& path) {
   }
   // Rank 0 writes the index only once every data file is in place: until its rename the
   // previous checkpoint (index and data files) stays whole.
-  const auto all_blocks = gather(comm, Impl::serialize_blocks(blocks));
+  const auto all_blocks = Impl::gather_bytes(comm, Impl::serialize_blocks(blocks));
   if (rank == 0) {
     try {
       for (const auto& b : all_blocks) {

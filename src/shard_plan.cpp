@@ -67,7 +67,7 @@ ShardPlan::ShardPlan(const std::vector<ParamGroup>& groups, const ShardingOption
         layout_of(groups[g], world_), {}, {}, {}, needs_whole_tensors(groups[g].algorithm())});
     Group& group = groups_.back();
     for (const ParamSpec& p : groups[g].params()) {
-      Param item{g, p.param, p.grad, p.param.is_shard(), p.param.is_shard(), {}, nullptr};
+      Param item{g, p.name, p.param, p.grad, p.param.is_shard(), p.param.is_shard(), {}, nullptr};
       if (!item.presharded) {
         const std::size_t in_layout = group.ordinals.size();
         group.ordinals.push_back(params_.size());
@@ -92,18 +92,19 @@ ShardPlan::ShardPlan(const std::vector<ParamGroup>& groups, const ShardingOption
 void ShardPlan::check(std::size_t i, const Tensor& param, const Tensor& grad) const {
   const Param& p = params_[i];
   KOPT_THROW_IF_AS(ShapeMismatch, param.numel != p.param.numel || param.is_shard() != p.presharded,
-                   "kopt::HybridOptimizer (sharded): param " << i << " is " << describe(p.param)
-                                                             << ", not " << describe(param));
+                   "kopt::HybridOptimizer (sharded): parameter '"
+                       << p.name << "' is " << describe(p.param) << ", not " << describe(param));
   if (grad.is_null()) return;
   KOPT_THROW_IF_AS(ShapeMismatch, grad.numel != param.numel,
-                   "kopt::HybridOptimizer (sharded): grad " << describe(grad) << " of param " << i
-                                                            << " does not match "
+                   "kopt::HybridOptimizer (sharded): grad " << describe(grad) << " of parameter '"
+                                                            << p.name << "' does not match "
                                                             << describe(param));
   // Device grads are fine: reduce_grads() stages them through host memory.
   KOPT_THROW_IF(options_.stage == ZeroStage::two && !p.presharded && grad.dtype != DType::f32 &&
                     grad.dtype != DType::bf16 && grad.dtype != DType::f16,
-                "kopt::HybridOptimizer (ZeRO-2): grad " << describe(grad) << " of param " << i
-                                                        << " must be an f32, bf16 or f16 tensor");
+                "kopt::HybridOptimizer (ZeRO-2): grad " << describe(grad) << " of parameter '"
+                                                        << p.name
+                                                        << "' must be an f32, bf16 or f16 tensor");
 }
 
 void ShardPlan::set(std::size_t i, const Tensor& param, const Tensor& grad) {

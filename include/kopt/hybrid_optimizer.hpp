@@ -53,7 +53,9 @@ class HybridOptimizer {
  public:
   /// Validates every group, name, tensor and option, then builds the engines; throws a
   /// kopt::Error (NotCompiled for a memory space this build lacks) and builds nothing on
-  /// bad input. Names must be unique across all groups.
+  /// bad input. Names must be unique across all groups. Sharded: collective; when the
+  /// checks fail on some rank, or the ranks' groups, names, sizes or options differ, every
+  /// rank throws (see kopt/impl/rank_agreement.hpp).
   explicit HybridOptimizer(std::vector<ParamGroup> groups, const HybridOptions& options = {});
   ~HybridOptimizer();
   HybridOptimizer(HybridOptimizer&&) noexcept;
@@ -66,6 +68,8 @@ class HybridOptimizer {
   /// Validates every group's config first and changes nothing if one is invalid.
   /// Sharded (HybridOptions::sharding): collective, every rank calls it; ZeRO-2 first
   /// reduce-scatters the grads, and the updated params are all-gathered before it returns.
+  /// Before any of that the ranks agree: when the checks (configs, allocations) fail on one
+  /// rank, or the ranks' null grads differ, every rank throws and nothing changes anywhere.
   StepStats step();
 
   /// A group as the optimizer holds it: its config is mutable between steps (schedules);
@@ -152,6 +156,14 @@ class HybridOptimizer {
     std::size_t ordinal;  ///< registration order, across groups
   };
   const Placement& find_(const std::string& name) const;
+  /// The constructor's work; sharded, every rank runs it and then agrees on its outcome.
+  void build_();
+  /// step()'s checks and allocations before its first collective.
+  void prepare_step_();
+  /// Sharded, more than one rank: the communicator; else null.
+  Communicator* peers_() const;
+  /// A line per param whose grad is null (they must be the same on every rank).
+  std::string null_grad_lines_() const;
   /// Throws kopt::InconsistentState naming `call` after a step that failed part-way.
   void check_consistent_(const char* call) const;
   /// Throws kopt::InvalidArgument naming `call`, the group and the field when a group's

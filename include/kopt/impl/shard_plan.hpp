@@ -11,6 +11,7 @@
 #include <kopt/shard_layout.hpp>
 #include <kopt/sharding.hpp>
 #include <memory>
+#include <string>
 #include <vector>
 
 namespace kopt::Impl {
@@ -50,6 +51,7 @@ class ShardPlan final : public ShardStrategy {
  private:
   struct Param {
     std::size_t group;
+    std::string name;
     Tensor param, grad;  ///< the user's
     bool presharded;     ///< shard_of: not cut again, not gathered
     bool local;

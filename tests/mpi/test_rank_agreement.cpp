@@ -1,0 +1,194 @@
+// A sharded optimizer's collective calls agree across ranks before they move data: input
+// refused on one rank only, and ranks built or stepped with different groups, names, sizes,
+// options or null grads, make every rank throw (the failed rank its own error, the others
+// naming it), and nothing changes anywhere. Before, the other ranks went on into a collective
+// the failed one never joined and waited forever, or exchanged mismatched buffers. Needs 2+
+// ranks (skips itself in a world of one).
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <kopt/impl/fault_injection.hpp>
+#include <kopt/kopt.hpp>
+#include <random>
+
+#include "world.hpp"
+
+namespace {
+
+using kopt_test::Buffer;
+using kopt_test::world_rank;
+using kopt_test::world_size;
+
+bool last_rank() { return world_rank() == world_size() - 1; }
+
+// Two f32 params and their grads in host memory, the same values on every rank.
+struct Model {
+  Buffer a{kopt::DType::f32, false, 1001}, b{kopt::DType::f32, false, 37};
+  Buffer ga{kopt::DType::f32, false, 1001}, gb{kopt::DType::f32, false, 37};
+  explicit Model(unsigned seed) {
+    for (Buffer* x : {&a, &b, &ga, &gb}) x->set(random(x->n, seed++));
+  }
+  static std::vector<double> random(std::size_t n, unsigned seed) {
+    std::mt19937 gen(seed);
+    std::normal_distribution<double> d(0.0, 1.0);
+    std::vector<double> v(n);
+    for (double& x : v) x = d(gen);
+    return v;
+  }
+  std::vector<kopt::ParamGroup> groups(double lr = 1e-2) {
+    kopt::ParamGroup g(kopt::AdamConfig{.lr = lr});
+    g.add("a", a.tensor(), ga.tensor()).add("b", b.tensor(), gb.tensor());
+    return {g};
+  }
+  std::vector<std::vector<double>> values() { return {a.get(), b.get()}; }
+};
+
+kopt::HybridOptions zero2() {
+  kopt::HybridOptions o{.max_grad_norm = 1.0};
+  return kopt_test::sharded(o, kopt::ZeroStage::two);
+}
+
+// `f` throws E on every rank: on `failed` its own message (holding `own`), on the others one
+// naming that rank.
+template <class E, class F>
+void expect_thrown_everywhere(F&& f, int failed, const std::string& own) {
+  try {
+    f();
+    ADD_FAILURE() << "no exception on rank " << world_rank();
+  } catch (const E& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find(own), std::string::npos) << what;
+    if (world_rank() != failed) {
+      EXPECT_NE(what.find("failed on rank " + std::to_string(failed) + ": "), std::string::npos)
+          << what;
+    }
+  }
+}
+
+// `f` throws kopt::InvalidArgument on every rank, quoting rank 0's and the last rank's
+// differing lines, one of which holds `line`.
+template <class F>
+void expect_ranks_differ(const std::string& line, F&& f) {
+  SCOPED_TRACE(line);
+  try {
+    f();
+    ADD_FAILURE() << "no exception on rank " << world_rank();
+  } catch (const kopt::InvalidArgument& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("where rank " + std::to_string(world_size() - 1) + " has"),
+              std::string::npos)
+        << what;
+    EXPECT_NE(what.find(line), std::string::npos) << what;
+  }
+}
+
+#define NEEDS_TWO_RANKS() \
+  if (world_size() < 2) GTEST_SKIP() << "needs 2+ ranks"
+
+TEST(RankAgreement, ConstructionRefusedOnOneRankThrowsOnEvery) {
+  NEEDS_TWO_RANKS();
+  const int last = world_size() - 1;
+  Model m(1);
+  Buffer short_grad(kopt::DType::f32, false, 36);
+  expect_thrown_everywhere<kopt::ShapeMismatch>(
+      [&] {
+        kopt::ParamGroup g(kopt::AdamConfig{.lr = 1e-2});
+        g.add("a", m.a.tensor(), m.ga.tensor());
+        g.add("b", m.b.tensor(), last_rank() ? short_grad.tensor() : m.gb.tensor());
+        kopt::HybridOptimizer opt({g}, zero2());
+      },
+      last, "'b'");
+  // A Muon matrix given as a piece on one rank only (refused there: Muon needs it whole).
+  Buffer w(kopt::DType::f32, false, 64), gw(kopt::DType::f32, false, 64);
+  expect_thrown_everywhere<kopt::InvalidArgument>(
+      [&] {
+        kopt::ParamGroup muon(kopt::MuonConfig{});
+        kopt::Tensor p = w.tensor().matrix(8, 8), g = gw.tensor().matrix(8, 8);
+        if (last_rank()) p = p.shard_of(64, 0), g = g.shard_of(64, 0);
+        muon.add("w", p, g);
+        std::vector<kopt::ParamGroup> groups = m.groups();
+        groups.push_back(muon);
+        kopt::HybridOptimizer opt(groups, zero2());
+      },
+      last, "'w'");
+  // The world is still in step: a good optimizer builds and steps on every rank.
+  kopt::HybridOptimizer opt(m.groups(), zero2());
+  EXPECT_FALSE(opt.step().skipped);
+}
+
+TEST(RankAgreement, RanksBuiltDifferentlyAllThrowNamingTheDifference) {
+  NEEDS_TWO_RANKS();
+  Model m(2);
+  Buffer longer(kopt::DType::f32, false, 38);
+  expect_ranks_differ("param 'b2'", [&] {
+    kopt::ParamGroup g(kopt::AdamConfig{.lr = 1e-2});
+    g.add("a", m.a.tensor(), m.ga.tensor())
+        .add(last_rank() ? "b2" : "b", m.b.tensor(), m.gb.tensor());
+    kopt::HybridOptimizer opt({g}, zero2());
+  });
+  expect_ranks_differ("38 elements", [&] {
+    kopt::ParamGroup g(kopt::AdamConfig{.lr = 1e-2});
+    g.add("a", m.a.tensor(), m.ga.tensor());
+    g.add("b", last_rank() ? longer.tensor() : m.b.tensor(),
+          last_rank() ? kopt::Tensor{} : m.gb.tensor());
+    kopt::HybridOptimizer opt({g}, zero2());
+  });
+  expect_ranks_differ(
+      "lr 0.02", [&] { kopt::HybridOptimizer opt(m.groups(last_rank() ? 2e-2 : 1e-2), zero2()); });
+  expect_ranks_differ("max_grad_norm: none", [&] {
+    kopt::HybridOptions o = zero2();
+    if (!last_rank()) o.max_grad_norm.reset();
+    kopt::HybridOptimizer opt(m.groups(), o);
+  });
+  expect_ranks_differ("ZeRO stage 2", [&] {
+    kopt::HybridOptimizer opt(
+        m.groups(),
+        kopt_test::sharded({}, last_rank() ? kopt::ZeroStage::one : kopt::ZeroStage::two));
+  });
+}
+
+// A step refused on one rank (an invalid config there, its first state allocation failing
+// there, a null grad there only) throws on every rank and changes no param or step count
+// anywhere; the next good step matches an optimizer that never saw the refused one.
+TEST(RankAgreement, StepRefusedOnOneRankChangesNothingAnywhere) {
+  NEEDS_TWO_RANKS();
+  const int last = world_size() - 1;
+  Model m(3), twin(3);
+  kopt::HybridOptimizer opt(m.groups(), zero2()), ref(twin.groups(), zero2());
+  const auto unchanged = [&](std::int64_t steps) {
+    EXPECT_EQ(m.values(), twin.values());
+    EXPECT_EQ(opt.step_count("a"), steps);
+    EXPECT_EQ(opt.step_count("b"), steps);
+  };
+  // Its first step allocates the state: the last rank's allocation fails.
+  if (last_rank()) kopt::Impl::set_allocation_failure_after(0);
+  try {
+    opt.step();
+    ADD_FAILURE() << "no exception on rank " << world_rank();
+  } catch (const std::bad_alloc&) {
+    EXPECT_EQ(world_rank(), last);
+  } catch (const kopt::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("failed on rank " + std::to_string(last)),
+              std::string::npos)
+        << e.what();
+  }
+  kopt::Impl::set_allocation_failure_after(-1);
+  unchanged(0);
+  opt.step(), ref.step();
+  unchanged(1);
+
+  if (last_rank()) opt.group(0).config().lr = -1.0;
+  expect_thrown_everywhere<kopt::InvalidArgument>([&] { opt.step(); }, last, "lr = -1");
+  unchanged(1);
+  opt.group(0).config().lr = 1e-2;
+
+  if (last_rank()) opt.set_grad("b", kopt::Tensor{});
+  expect_ranks_differ("param 'b': null grad", [&] { opt.step(); });
+  unchanged(1);
+  opt.set_grad("b", m.gb.tensor());
+
+  opt.step(), ref.step();
+  unchanged(2);
+}
+
+}  // namespace
