@@ -284,13 +284,21 @@ void HybridOptimizer::load(const std::string& path, const LoadOptions& options) 
   // mix of states.
   // The engines keep every array the file holds (a group's config may have switched one
   // off since it was saved: it keeps its values until switched on again).
-  for (std::size_t e = 0; e < engines_.size(); ++e) {
-    unsigned held = 0;
-    for (std::size_t g = 0; g < groups_.size(); ++g)
-      if (engine_group_[e][g] != kNone) held |= arrays[g];
-    engines_[e]->keep_state_arrays(held);
+  // The allocations may fail on one rank only: the ranks agree again, so that none applies
+  // the file while another keeps its old state.
+  std::exception_ptr failed;
+  try {
+    for (std::size_t e = 0; e < engines_.size(); ++e) {
+      unsigned held = 0;
+      for (std::size_t g = 0; g < groups_.size(); ++g)
+        if (engine_group_[e][g] != kNone) held |= arrays[g];
+      engines_[e]->keep_state_arrays(held);
+    }
+    for (const auto& engine : engines_) engine->prepare_step();
+  } catch (...) {
+    failed = std::current_exception();
   }
-  for (const auto& engine : engines_) engine->prepare_step();
+  Impl::agree_across_ranks(comm, "kopt::HybridOptimizer::load of " + path, failed, "");
   try {
     apply_loaded_(configs, config_found, steps, arrays);
     for (const Piece& q : pieces)

@@ -11,6 +11,7 @@
 #include <kopt/kopt.hpp>
 #include <random>
 
+#include "shared_dir.hpp"
 #include "world.hpp"
 
 namespace {
@@ -189,6 +190,42 @@ TEST(RankAgreement, StepRefusedOnOneRankChangesNothingAnywhere) {
 
   opt.step(), ref.step();
   unchanged(2);
+}
+
+// load() allocates the state it restores after every rank checked the files: an allocation
+// failing on one rank there fails the load on every rank, none of them applying the file.
+TEST(RankAgreement, LoadAllocationFailingOnOneRankAppliesNothingAnywhere) {
+  NEEDS_TWO_RANKS();
+  const int last = world_size() - 1;
+  Model m(4), fresh(5);
+  kopt::HybridOptimizer opt(m.groups(), zero2());
+  opt.step(), opt.step();
+  const kopt_test::SharedDir dir;
+  opt.save(dir.path);
+  kopt::HybridOptimizer other(fresh.groups(), zero2());  // no state allocated yet
+  const std::vector<std::vector<double>> before = fresh.values();
+  if (last_rank()) kopt::Impl::set_allocation_failure_after(0);
+  try {
+    other.load(dir.path);
+    ADD_FAILURE() << "no exception on rank " << world_rank();
+  } catch (const std::bad_alloc&) {
+    EXPECT_EQ(world_rank(), last);
+  } catch (const kopt::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("failed on rank " + std::to_string(last)),
+              std::string::npos)
+        << e.what();
+  }
+  kopt::Impl::set_allocation_failure_after(-1);
+  EXPECT_EQ(other.step_count("a"), 0);
+  EXPECT_EQ(other.step_count("b"), 0);
+  // Loaded now, it steps on as the saved optimizer does (its params are the saved ones').
+  fresh.a.set(m.a.get()), fresh.b.set(m.b.get());
+  fresh.ga.set(m.ga.get()), fresh.gb.set(m.gb.get());
+  other.load(dir.path);
+  EXPECT_EQ(other.step_count("a"), 2);
+  opt.step(), other.step();
+  EXPECT_EQ(fresh.values(), m.values());
+  EXPECT_NE(fresh.values(), before);
 }
 
 }  // namespace
