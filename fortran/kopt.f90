@@ -158,6 +158,16 @@ module kopt
       type(kopt_options), intent(in), optional :: options
       type(c_ptr), intent(out) :: optimizer
     end function
+    ! mpi_comm: the communicator's Fortran handle (an integer; comm%MPI_VAL with mpi_f08).
+    integer(c_int) function kopt_optimizer_create_sharded(groups, options, mpi_comm, &
+                                                          zero_stage, average_grads, &
+                                                          optimizer) bind(c)
+      import
+      type(c_ptr), value :: groups
+      type(kopt_options), intent(in), optional :: options
+      integer(c_int32_t), value :: mpi_comm, zero_stage, average_grads
+      type(c_ptr), intent(out) :: optimizer
+    end function
     subroutine kopt_optimizer_destroy(optimizer) bind(c)
       import
       type(c_ptr), value :: optimizer

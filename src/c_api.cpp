@@ -7,6 +7,7 @@
 #include <cmath>
 #include <kopt/error.hpp>
 #include <kopt/hybrid_optimizer.hpp>
+#include <kopt/impl/rank_agreement.hpp>
 #include <memory>
 #include <string>
 #include <vector>
@@ -35,6 +36,27 @@ kopt::MemorySpace space_of(kopt_memory_space s) {
 kopt::Tensor tensor(void* data, kopt_dtype dtype, std::int64_t numel, kopt_memory_space space) {
   if (data == nullptr) return kopt::Tensor{};  // a null grad
   return kopt::Tensor(data, numel, dtype_of(dtype), space_of(space));
+}
+
+// kopt_optimizer_create's work, sharded when `sharding` is given.
+void create(const kopt_groups* groups, const kopt_options* options,
+            const kopt::ShardingOptions* sharding, kopt_optimizer** optimizer) {
+  const auto& g = deref(groups, "groups");
+  auto& out = deref(optimizer, "optimizer");
+  kopt::HybridOptions o;
+  if (options != nullptr) {
+    KOPT_THROW_IF(std::isnan(options->max_grad_norm), "kopt C API: options.max_grad_norm is NaN");
+    KOPT_THROW_IF(std::isnan(options->init_scale), "kopt C API: options.init_scale is NaN");
+    if (options->max_grad_norm > 0) o.max_grad_norm = options->max_grad_norm;
+    if (flag(options->loss_scaling, "options.loss_scaling"))
+      o.loss_scaling = kopt::LossScalerOptions{
+          .init_scale = options->init_scale > 0 ? options->init_scale : 65536.0};
+  }
+  if (sharding != nullptr) o.sharding = *sharding;
+  auto created = std::make_unique<kopt_optimizer>();
+  created->opt = std::make_unique<kopt::HybridOptimizer>(g.groups, o);
+  out = created.release();
+  ++live_optimizers;
 }
 
 kopt::AdamConfig config_of(const kopt_adam_config& c) {
@@ -140,22 +162,33 @@ kopt_status kopt_groups_add_matrix_param(kopt_groups* groups, size_t group, cons
 
 kopt_status kopt_optimizer_create(const kopt_groups* groups, const kopt_options* options,
                                   kopt_optimizer** optimizer) {
+  return guard([&] { create(groups, options, nullptr, optimizer); });
+}
+
+kopt_status kopt_optimizer_create_sharded(const kopt_groups* groups, const kopt_options* options,
+                                          int32_t mpi_comm, int32_t zero_stage,
+                                          int32_t average_grads, kopt_optimizer** optimizer) {
   return guard([&] {
-    const auto& g = deref(groups, "groups");
-    auto& out = deref(optimizer, "optimizer");
-    kopt::HybridOptions o;
-    if (options != nullptr) {
-      KOPT_THROW_IF(std::isnan(options->max_grad_norm), "kopt C API: options.max_grad_norm is NaN");
-      KOPT_THROW_IF(std::isnan(options->init_scale), "kopt C API: options.init_scale is NaN");
-      if (options->max_grad_norm > 0) o.max_grad_norm = options->max_grad_norm;
-      if (flag(options->loss_scaling, "options.loss_scaling"))
-        o.loss_scaling = kopt::LossScalerOptions{
-            .init_scale = options->init_scale > 0 ? options->init_scale : 65536.0};
+    const auto comm = kopt::Impl::mpi_communicator_of_handle(mpi_comm);  // collective
+    // Arguments refused on some ranks only refuse them on every rank, as the optimizer's
+    // own checks do (kopt/impl/rank_agreement.hpp): none waits for the others.
+    kopt::ShardingOptions sharding{comm};
+    std::exception_ptr failed;
+    try {
+      KOPT_THROW_IF(zero_stage != 1 && zero_stage != 2,
+                    "kopt C API: zero_stage = " << zero_stage << " must be 1 or 2");
+      sharding.stage = zero_stage == 1 ? kopt::ZeroStage::one : kopt::ZeroStage::two;
+      sharding.reduction = flag(average_grads, "average_grads") ? kopt::GradReduction::average
+                                                                : kopt::GradReduction::sum;
+      deref(groups, "groups");
+      deref(optimizer, "optimizer");
+    } catch (...) {
+      failed = std::current_exception();
     }
-    auto created = std::make_unique<kopt_optimizer>();
-    created->opt = std::make_unique<kopt::HybridOptimizer>(g.groups, o);
-    out = created.release();
-    ++live_optimizers;
+    if (comm->size() > 1)
+      kopt::Impl::agree_across_ranks(*comm, "kopt_optimizer_create_sharded", failed, "");
+    if (failed) std::rethrow_exception(failed);
+    create(groups, options, &sharding, optimizer);
   });
 }
 

@@ -15,4 +15,13 @@ void SingleProcessCommunicator::reduce_scatter_sum(const float* in, float* out, 
   if (count > 0) std::memmove(out, in, count * sizeof(float));
 }
 
+#ifndef KOPT_WITH_MPI
+std::shared_ptr<Communicator> Impl::mpi_communicator_of_handle(int) {
+  throw NotCompiled(
+      error_message("kopt: this kopt was built without MPI (kopt_ENABLE_MPI=OFF): "
+                    "no sharding over an MPI communicator",
+                    __FILE__, __LINE__));
+}
+#endif
+
 }  // namespace kopt

@@ -32,6 +32,18 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm) {
   check(MPI_Comm_size(comm_, &size_), "MPI_Comm_size");
 }
 
+std::shared_ptr<Communicator> Impl::mpi_communicator_of_handle(int handle) {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  KOPT_THROW_IF(!initialized || finalized,
+                "kopt: MPI is not initialized (call MPI_Init first), or already finalized");
+  const MPI_Comm comm = MPI_Comm_f2c(static_cast<MPI_Fint>(handle));
+  KOPT_THROW_IF(comm == MPI_COMM_NULL,
+                "kopt: MPI communicator handle " << handle << " is MPI_COMM_NULL's");
+  return std::make_shared<MpiCommunicator>(comm);
+}
+
 MpiCommunicator::~MpiCommunicator() {
   int finalized = 0;
   MPI_Finalized(&finalized);

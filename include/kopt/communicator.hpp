@@ -6,6 +6,7 @@
 /// device memory are staged through the host.
 
 #include <cstddef>
+#include <memory>
 #include <vector>
 
 namespace kopt {
@@ -34,5 +35,13 @@ class SingleProcessCommunicator final : public Communicator {
   void all_gather_bytes(const void* in, void* out, const std::vector<std::size_t>& bytes) override;
   void reduce_scatter_sum(const float* in, float* out, std::size_t count) override;
 };
+
+namespace Impl {
+/// The C interface's sharded optimizers' communicator: a kopt::MpiCommunicator on the MPI
+/// communicator whose Fortran handle is `handle` (MPI_Comm_c2f), so that kopt.h needs no
+/// mpi.h. Throws kopt::NotCompiled where kopt was built without MPI (kopt_ENABLE_MPI=OFF),
+/// InvalidArgument when MPI is not initialized or the handle is MPI_COMM_NULL's.
+std::shared_ptr<Communicator> mpi_communicator_of_handle(int handle);
+}  // namespace Impl
 
 }  // namespace kopt

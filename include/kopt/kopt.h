@@ -150,6 +150,18 @@ kopt_status kopt_groups_add_matrix_param(kopt_groups* groups, size_t group, cons
 /* Checks everything, then builds the optimizer; `groups` can be destroyed afterwards. */
 kopt_status kopt_optimizer_create(const kopt_groups* groups, const kopt_options* options,
                                   kopt_optimizer** optimizer);
+/* The same, with the state sharded across the ranks of an MPI communicator (ZeRO-1/2, as
+ * kopt::HybridOptions::sharding): collective over the communicator, as are kopt_step,
+ * kopt_save and kopt_load of the optimizer it gives; every rank passes the same groups.
+ * `mpi_comm` is the communicator's Fortran handle, so that this header needs no mpi.h:
+ * MPI_Comm_c2f(comm) in C, the integer handle (or comm%MPI_VAL of mpi_f08) in Fortran; kopt
+ * works on a duplicate of it. `zero_stage`: 1 (grads already all-reduced) or 2 (each rank's
+ * own grads, reduce-scattered by kopt); `average_grads`: 1: stage 2 averages the ranks'
+ * grads, 0: sums them. Destroy the optimizer before MPI_Finalize. KOPT_ERROR_NOT_COMPILED
+ * where kopt was built without MPI (kopt_ENABLE_MPI=OFF). */
+kopt_status kopt_optimizer_create_sharded(const kopt_groups* groups, const kopt_options* options,
+                                          int32_t mpi_comm, int32_t zero_stage,
+                                          int32_t average_grads, kopt_optimizer** optimizer);
 void kopt_optimizer_destroy(kopt_optimizer* optimizer);
 
 kopt_status kopt_step(kopt_optimizer* optimizer, kopt_step_stats* stats /* may be NULL */);

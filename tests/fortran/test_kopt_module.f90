@@ -13,7 +13,7 @@ program test_kopt_module
   type(kopt_adam_config) :: adam, got
   type(kopt_options) :: options
   type(kopt_step_stats) :: stats
-  type(c_ptr) :: groups, opt, bare, sgd, muon, copy
+  type(c_ptr) :: groups, opt, bare, sgd, muon, copy, sharded
   integer(c_size_t) :: at
   integer(c_int64_t) :: count
   real(c_double) :: value, scale, expected
@@ -84,6 +84,10 @@ program test_kopt_module
   options%max_grad_norm = 1d3  ! above the grads' norm: measured, not clipping
   call check(kopt_optimizer_create(groups, options, opt) == KOPT_OK, "optimizer")
   call check(kopt_optimizer_create(groups, optimizer=bare) == KOPT_OK, "optimizer, no options")
+  ! Sharded needs MPI running (this test does not start it; nor has every kopt MPI): refused.
+  call check(kopt_optimizer_create_sharded(groups, options, 0_c_int32_t, 1_c_int32_t, &
+                                           1_c_int32_t, sharded) /= KOPT_OK, "sharded refused")
+  call check(index(kopt_string(kopt_last_error()), "MPI") > 0, "it says why")
   call kopt_groups_destroy(groups)
 
   ! AdamW's first step: w (1 - lr wd) - lr g / (|g| + eps), the moments bias-corrected.
