@@ -83,6 +83,25 @@ void expect_ranks_differ(const std::string& line, F&& f) {
   }
 }
 
+// `f` with the last rank's next allocation failing: std::bad_alloc there, a kopt::Error
+// naming that rank on the others.
+template <class F>
+void expect_allocation_failure_everywhere(F&& f) {
+  const int last = world_size() - 1;
+  if (world_rank() == last) kopt::Impl::set_allocation_failure_after(0);
+  try {
+    f();
+    ADD_FAILURE() << "no exception on rank " << world_rank();
+  } catch (const std::bad_alloc&) {
+    EXPECT_EQ(world_rank(), last);
+  } catch (const kopt::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("failed on rank " + std::to_string(last)),
+              std::string::npos)
+        << e.what();
+  }
+  kopt::Impl::set_allocation_failure_after(-1);
+}
+
 #define NEEDS_TWO_RANKS() \
   if (world_size() < 2) GTEST_SKIP() << "needs 2+ ranks"
 
@@ -162,18 +181,7 @@ TEST(RankAgreement, StepRefusedOnOneRankChangesNothingAnywhere) {
     EXPECT_EQ(opt.step_count("b"), steps);
   };
   // Its first step allocates the state: the last rank's allocation fails.
-  if (last_rank()) kopt::Impl::set_allocation_failure_after(0);
-  try {
-    opt.step();
-    ADD_FAILURE() << "no exception on rank " << world_rank();
-  } catch (const std::bad_alloc&) {
-    EXPECT_EQ(world_rank(), last);
-  } catch (const kopt::Error& e) {
-    EXPECT_NE(std::string(e.what()).find("failed on rank " + std::to_string(last)),
-              std::string::npos)
-        << e.what();
-  }
-  kopt::Impl::set_allocation_failure_after(-1);
+  expect_allocation_failure_everywhere([&] { opt.step(); });
   unchanged(0);
   opt.step(), ref.step();
   unchanged(1);
@@ -196,7 +204,6 @@ TEST(RankAgreement, StepRefusedOnOneRankChangesNothingAnywhere) {
 // failing on one rank there fails the load on every rank, none of them applying the file.
 TEST(RankAgreement, LoadAllocationFailingOnOneRankAppliesNothingAnywhere) {
   NEEDS_TWO_RANKS();
-  const int last = world_size() - 1;
   Model m(4), fresh(5);
   kopt::HybridOptimizer opt(m.groups(), zero2());
   opt.step(), opt.step();
@@ -204,18 +211,7 @@ TEST(RankAgreement, LoadAllocationFailingOnOneRankAppliesNothingAnywhere) {
   opt.save(dir.path);
   kopt::HybridOptimizer other(fresh.groups(), zero2());  // no state allocated yet
   const std::vector<std::vector<double>> before = fresh.values();
-  if (last_rank()) kopt::Impl::set_allocation_failure_after(0);
-  try {
-    other.load(dir.path);
-    ADD_FAILURE() << "no exception on rank " << world_rank();
-  } catch (const std::bad_alloc&) {
-    EXPECT_EQ(world_rank(), last);
-  } catch (const kopt::Error& e) {
-    EXPECT_NE(std::string(e.what()).find("failed on rank " + std::to_string(last)),
-              std::string::npos)
-        << e.what();
-  }
-  kopt::Impl::set_allocation_failure_after(-1);
+  expect_allocation_failure_everywhere([&] { other.load(dir.path); });
   EXPECT_EQ(other.step_count("a"), 0);
   EXPECT_EQ(other.step_count("b"), 0);
   // Loaded now, it steps on as the saved optimizer does (its params are the saved ones').
