@@ -38,25 +38,41 @@ kopt::Tensor tensor(void* data, kopt_dtype dtype, std::int64_t numel, kopt_memor
   return kopt::Tensor(data, numel, dtype_of(dtype), space_of(space));
 }
 
-// kopt_optimizer_create's work, sharded when `sharding` is given.
-void create(const kopt_groups* groups, const kopt_options* options,
-            const kopt::ShardingOptions* sharding, kopt_optimizer** optimizer) {
+// The C options as the C++ ones (NULL: the defaults).
+kopt::HybridOptions options_of(const kopt_options* options) {
+  kopt::HybridOptions o;
+  if (options == nullptr) return o;
+  KOPT_THROW_IF(std::isnan(options->max_grad_norm), "kopt C API: options.max_grad_norm is NaN");
+  KOPT_THROW_IF(std::isnan(options->init_scale), "kopt C API: options.init_scale is NaN");
+  if (options->max_grad_norm > 0) o.max_grad_norm = options->max_grad_norm;
+  if (flag(options->loss_scaling, "options.loss_scaling"))
+    o.loss_scaling = kopt::LossScalerOptions{
+        .init_scale = options->init_scale > 0 ? options->init_scale : 65536.0};
+  return o;
+}
+
+void create(const kopt_groups* groups, const kopt::HybridOptions& options,
+            kopt_optimizer** optimizer) {
   const auto& g = deref(groups, "groups");
   auto& out = deref(optimizer, "optimizer");
-  kopt::HybridOptions o;
-  if (options != nullptr) {
-    KOPT_THROW_IF(std::isnan(options->max_grad_norm), "kopt C API: options.max_grad_norm is NaN");
-    KOPT_THROW_IF(std::isnan(options->init_scale), "kopt C API: options.init_scale is NaN");
-    if (options->max_grad_norm > 0) o.max_grad_norm = options->max_grad_norm;
-    if (flag(options->loss_scaling, "options.loss_scaling"))
-      o.loss_scaling = kopt::LossScalerOptions{
-          .init_scale = options->init_scale > 0 ? options->init_scale : 65536.0};
-  }
-  if (sharding != nullptr) o.sharding = *sharding;
   auto created = std::make_unique<kopt_optimizer>();
-  created->opt = std::make_unique<kopt::HybridOptimizer>(g.groups, o);
+  created->opt = std::make_unique<kopt::HybridOptimizer>(g.groups, options);
   out = created.release();
   ++live_optimizers;
+}
+
+// Runs `check` (the C arguments' checks before a call of `opt` that is collective when it
+// is sharded) and agrees on its outcome across the ranks: an argument refused on one rank
+// is refused on every rank, none left waiting in the call for the others.
+template <class Check>
+void agree_on_arguments(kopt::HybridOptimizer& opt, const char* call, Check&& check) {
+  std::exception_ptr failed;
+  try {
+    check();
+  } catch (...) {
+    failed = std::current_exception();
+  }
+  kopt::Impl::agree_on_arguments(opt, call, failed);
 }
 
 kopt::AdamConfig config_of(const kopt_adam_config& c) {
@@ -162,7 +178,7 @@ kopt_status kopt_groups_add_matrix_param(kopt_groups* groups, size_t group, cons
 
 kopt_status kopt_optimizer_create(const kopt_groups* groups, const kopt_options* options,
                                   kopt_optimizer** optimizer) {
-  return guard([&] { create(groups, options, nullptr, optimizer); });
+  return guard([&] { create(groups, options_of(options), optimizer); });
 }
 
 kopt_status kopt_optimizer_create_sharded(const kopt_groups* groups, const kopt_options* options,
@@ -172,14 +188,16 @@ kopt_status kopt_optimizer_create_sharded(const kopt_groups* groups, const kopt_
     const auto comm = kopt::Impl::mpi_communicator_of_handle(mpi_comm);  // collective
     // Arguments refused on some ranks only refuse them on every rank, as the optimizer's
     // own checks do (kopt/impl/rank_agreement.hpp): none waits for the others.
-    kopt::ShardingOptions sharding{comm};
+    kopt::HybridOptions o;
     std::exception_ptr failed;
     try {
+      o = options_of(options);
       KOPT_THROW_IF(zero_stage != 1 && zero_stage != 2,
                     "kopt C API: zero_stage = " << zero_stage << " must be 1 or 2");
-      sharding.stage = zero_stage == 1 ? kopt::ZeroStage::one : kopt::ZeroStage::two;
-      sharding.reduction = flag(average_grads, "average_grads") ? kopt::GradReduction::average
-                                                                : kopt::GradReduction::sum;
+      o.sharding =
+          kopt::ShardingOptions{comm, zero_stage == 1 ? kopt::ZeroStage::one : kopt::ZeroStage::two,
+                                flag(average_grads, "average_grads") ? kopt::GradReduction::average
+                                                                     : kopt::GradReduction::sum};
       deref(groups, "groups");
       deref(optimizer, "optimizer");
     } catch (...) {
@@ -188,7 +206,7 @@ kopt_status kopt_optimizer_create_sharded(const kopt_groups* groups, const kopt_
     if (comm->size() > 1)
       kopt::Impl::agree_across_ranks(*comm, "kopt_optimizer_create_sharded", failed, "");
     if (failed) std::rethrow_exception(failed);
-    create(groups, options, &sharding, optimizer);
+    create(groups, o, optimizer);
   });
 }
 
@@ -245,13 +263,24 @@ kopt_status kopt_reload_model_params(kopt_optimizer* optimizer) {
 }
 
 kopt_status kopt_save(kopt_optimizer* optimizer, const char* path) {
-  return guard([&] { deref(optimizer, "optimizer").opt->save(&deref(path, "path")); });
+  return guard([&] {
+    kopt::HybridOptimizer& opt = *deref(optimizer, "optimizer").opt;
+    std::string p;
+    agree_on_arguments(opt, "kopt_save", [&] { p = &deref(path, "path"); });
+    opt.save(p);
+  });
 }
 
 kopt_status kopt_load(kopt_optimizer* optimizer, const char* path, int32_t partial) {
   return guard([&] {
-    deref(optimizer, "optimizer")
-        .opt->load(&deref(path, "path"), kopt::LoadOptions{flag(partial, "partial")});
+    kopt::HybridOptimizer& opt = *deref(optimizer, "optimizer").opt;
+    std::string p;
+    kopt::LoadOptions options;
+    agree_on_arguments(opt, "kopt_load", [&] {
+      p = &deref(path, "path");
+      options.partial = flag(partial, "partial");
+    });
+    opt.load(p, options);
   });
 }
 

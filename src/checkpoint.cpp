@@ -21,16 +21,21 @@ namespace kopt {
 namespace {
 namespace fs = std::filesystem;
 
+// `error` (a caught exception's message, empty: none) as a CheckpointError; `error` is a
+// whole message already (prefix, file and line): wrapping it again would read "kopt: kopt:
+// ... [checkpoint.cpp:N]".
+std::exception_ptr checkpoint_error(const std::string& error) {
+  if (error.empty()) return nullptr;
+  return std::make_exception_ptr(
+      CheckpointError(error.rfind("kopt", 0) == 0 ? error : "kopt: " + error));
+}
+
 // Throws on every rank when one failed: its own error there, "<what> failed on rank R: ..."
-// on the others.
-void agree(Communicator& comm, const std::string& error, const std::string& what) {
-  std::exception_ptr failed;
-  // `error` is a whole message already (prefix, file and line): wrapping it again would
-  // read "kopt: kopt: ... [checkpoint.cpp:N]".
-  if (!error.empty())
-    failed = std::make_exception_ptr(
-        CheckpointError(error.rfind("kopt", 0) == 0 ? error : "kopt: " + error));
-  Impl::agree_across_ranks(comm, what, failed, "");
+// on the others; and when `lines` differ between ranks.
+void agree(Communicator& comm, const std::string& error, const std::string& what,
+           const std::string& lines = "") {
+  Impl::agree_across_ranks(comm, what, checkpoint_error(error), lines,
+                           "every rank loads the same checkpoint");
 }
 
 std::int64_t global_numel(const Tensor& t) { return t.is_shard() ? t.global_numel : t.numel; }
@@ -42,23 +47,32 @@ Communicator& HybridOptimizer::world_() { return shards_->communicator(); }
 void HybridOptimizer::save(const std::string& path) {
   Impl::require_kokkos("kopt::HybridOptimizer::save");
   const Impl::ProfilingRegion region(Impl::regions::save);
-  check_consistent_("save");  // never replace a good checkpoint with a half-updated state
-  // Nor with configs that load() refuses (a field set out of range since the last step).
-  check_configs_("save");
+  check_alive_("save");  // a moved-from optimizer has no world to agree with
   Communicator& comm = world_();
   const auto rank = static_cast<std::uint32_t>(comm.rank());
   const std::string what = "kopt::HybridOptimizer::save of " + path;
   // One saver per directory: rank 0 holds the lock from before any rank writes until the
   // clean-up is done (a second saver's clean-up would otherwise remove this one's files).
   std::optional<Impl::DirectoryLock> lock;
-  std::string error;
+  std::exception_ptr failed;
   try {
-    fs::create_directories(path);
-    if (rank == 0) lock.emplace(path);
-  } catch (const std::exception& e) {
-    error = e.what();
+    check_consistent_("save");  // never replace a good checkpoint with a half-updated state
+    // Nor with configs that load() refuses (a field set out of range since the last step).
+    check_configs_("save");
+    KOPT_THROW_IF(path.empty(), "kopt::HybridOptimizer::save: the path is empty");
+    try {
+      fs::create_directories(path);
+      if (rank == 0) lock.emplace(path);
+    } catch (const Error&) {
+      throw;
+    } catch (const std::exception& e) {
+      std::rethrow_exception(checkpoint_error(e.what()));
+    }
+  } catch (...) {
+    failed = std::current_exception();
   }
-  agree(comm, error, what);
+  Impl::agree_across_ranks(comm, what, failed, "");
+  std::string error;  // of the writes below
   for (const auto& engine : engines_) engine->fence();
   // Rank 0 draws the generation that names this save's data files.
   std::uint64_t generation = std::random_device{}() ^ (std::uint64_t{std::random_device{}()} << 32);
@@ -172,9 +186,7 @@ void HybridOptimizer::save(const std::string& path) {
 void HybridOptimizer::load(const std::string& path, const LoadOptions& options) {
   Impl::require_kokkos("kopt::HybridOptimizer::load");
   const Impl::ProfilingRegion region(Impl::regions::load);
-  KOPT_THROW_IF_AS(InvalidArgument, !alive_.yes,
-                   "kopt::HybridOptimizer::load: this optimizer was moved from; it holds no "
-                   "params or state");
+  check_alive_("load");
   Communicator& comm = world_();
   const std::string index_file = (fs::path(path) / Impl::kIndexName).string();
   std::vector<AlgorithmConfig> configs(groups_.size());
@@ -194,8 +206,11 @@ void HybridOptimizer::load(const std::string& path, const LoadOptions& options) 
   Impl::Index index;
   Impl::StateReader reader(path, index);  // holds the data files open until applied
   std::string error, reading = "the index";
+  std::string generation;  // the save's: every rank loads the same one
   try {
+    KOPT_THROW_IF(path.empty(), "kopt::HybridOptimizer::load: the path is empty");
     index = Impl::parse_index(Impl::read_file(index_file), index_file);
+    generation = "the checkpoint saved as generation " + std::to_string(index.generation);
     std::unordered_map<std::string, std::uint32_t> in_file;  // names are unique (check_index)
     in_file.reserve(index.params.size());
     for (std::uint32_t i = 0; i < index.params.size(); ++i)
@@ -275,7 +290,7 @@ void HybridOptimizer::load(const std::string& path, const LoadOptions& options) 
   } catch (const std::exception& e) {
     error = e.what();
   }
-  agree(comm, error, "kopt::HybridOptimizer::load of " + path);
+  agree(comm, error, "kopt::HybridOptimizer::load of " + path, generation);
 
   // Everything is checked on every rank. Allocate whatever state is missing first (a
   // failure there changes nothing), then apply, streaming each piece from the files again

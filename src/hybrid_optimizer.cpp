@@ -80,10 +80,14 @@ const HybridOptimizer::Placement& HybridOptimizer::find_(const std::string& name
   return it->second;
 }
 
-void HybridOptimizer::check_consistent_(const char* call) const {
+void HybridOptimizer::check_alive_(const char* call) const {
   KOPT_THROW_IF_AS(InvalidArgument, !alive_.yes,
                    "kopt::HybridOptimizer::" << call << ": this optimizer was moved from; it "
                                              << "holds no params or state");
+}
+
+void HybridOptimizer::check_consistent_(const char* call) const {
+  check_alive_(call);
   KOPT_THROW_IF_AS(InconsistentState, !failed_step_.empty(),
                    "kopt::HybridOptimizer::" << call << ": refused: " << failed_step_
                                              << "; load() a checkpoint to continue");
@@ -102,7 +106,8 @@ StepStats HybridOptimizer::step() {
     } catch (...) {
       failed = std::current_exception();
     }
-    Impl::agree_across_ranks(*peers, "kopt::HybridOptimizer::step", failed, null_grad_lines_());
+    Impl::agree_across_ranks(*peers, "kopt::HybridOptimizer::step", failed,
+                             Impl::group_configs(groups_) + null_grad_lines_());
   } else {
     prepare_step_();
   }

@@ -128,7 +128,7 @@ std::vector<std::vector<unsigned char>> gather_bytes(Communicator& comm,
 }
 
 void agree_across_ranks(Communicator& comm, const std::string& call, std::exception_ptr failed,
-                        const std::string& lines) {
+                        const std::string& lines, const std::string& rule) {
   struct Record {
     std::uint32_t kind;
     std::uint32_t crc;  // of `lines`, with its length: equal lines, equal records
@@ -166,8 +166,30 @@ void agree_across_ranks(Communicator& comm, const std::string& call, std::except
   };
   KOPT_THROW_IF(true, call << ": ranks differ in what must be the same on every rank: rank 0 has "
                            << quoted(first, i) << " where rank " << r << " has " << quoted(other, i)
-                           << " (every rank builds the optimizer with the same groups, names, "
-                           << "sizes and options, and passes null grads for the same params)");
+                           << " (" << rule << ")");
+}
+
+void agree_on_arguments(HybridOptimizer& opt, const std::string& call, std::exception_ptr failed) {
+  if (Communicator* peers = opt.peers_())
+    agree_across_ranks(*peers, call, failed, "");
+  else if (failed)
+    std::rethrow_exception(failed);
+}
+
+std::string group_configs(const std::vector<ParamGroup>& groups) {
+  std::string out;
+  for (std::size_t g = 0; g < groups.size(); ++g) {
+    out += "group " + std::to_string(g) + ": " + algorithm_name(groups[g].algorithm());
+    std::visit(
+        [&](auto c) {
+          c.visit_fields([&](const char* name, auto& field) {
+            out += std::string(" ") + name + " " + exact(static_cast<double>(field));
+          });
+        },
+        groups[g].algorithm());
+    out += '\n';
+  }
+  return out;
 }
 
 std::string rank_invariants(const std::vector<ParamGroup>& groups, const HybridOptions& options) {
@@ -184,18 +206,11 @@ std::string rank_invariants(const std::vector<ParamGroup>& groups, const HybridO
         << s->growth_interval << '\n';
   else
     out << "none\n";
+  out << group_configs(groups);
   for (std::size_t g = 0; g < groups.size(); ++g) {
     const ParamGroup& group = groups[g];
-    out << "group " << g << ": " << algorithm_name(group.algorithm());
-    std::visit(
-        [&](auto c) {
-          c.visit_fields([&](const char* name, auto& field) {
-            out << ' ' << name << ' ' << exact(static_cast<double>(field));
-          });
-        },
-        group.algorithm());
-    out << ", " << name_of(group.placement()) << storage_form(group.storage()) << ", seed "
-        << group.storage().seed << '\n';
+    out << "group " << g << ": " << name_of(group.placement()) << storage_form(group.storage())
+        << ", seed " << group.storage().seed << '\n';
     for (const ParamSpec& p : group.params()) {
       out << "group " << g << " param '" << p.name << "': " << name_of(p.param.dtype) << ", "
           << (p.param.is_shard() ? p.param.global_numel : p.param.numel) << " elements";

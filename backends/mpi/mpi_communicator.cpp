@@ -41,6 +41,22 @@ std::shared_ptr<Communicator> Impl::mpi_communicator_of_handle(int handle) {
   const MPI_Comm comm = MPI_Comm_f2c(static_cast<MPI_Fint>(handle));
   KOPT_THROW_IF(comm == MPI_COMM_NULL,
                 "kopt: MPI communicator handle " << handle << " is MPI_COMM_NULL's");
+  // A handle of no communicator is reported to MPI_COMM_WORLD's or MPI_COMM_SELF's error
+  // handler (by MPI version), fatal by default: asked with both returning codes, its size
+  // tells (a local call, nothing else changes), and the code's handlers are put back.
+  MPI_Errhandler world = MPI_ERRHANDLER_NULL, self = MPI_ERRHANDLER_NULL;
+  MPI_Comm_get_errhandler(MPI_COMM_WORLD, &world);
+  MPI_Comm_get_errhandler(MPI_COMM_SELF, &self);
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  MPI_Comm_set_errhandler(MPI_COMM_SELF, MPI_ERRORS_RETURN);
+  int size = 0;
+  const int rc = MPI_Comm_size(comm, &size);
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, world);
+  MPI_Comm_set_errhandler(MPI_COMM_SELF, self);
+  MPI_Errhandler_free(&world);
+  MPI_Errhandler_free(&self);
+  KOPT_THROW_IF(rc != MPI_SUCCESS,
+                "kopt: MPI communicator handle " << handle << " is not a communicator's");
   return std::make_shared<MpiCommunicator>(comm);
 }
 

@@ -6,6 +6,7 @@
 /// the host, and runs every engine's fused update with one grad_scale.
 
 #include <cstdint>
+#include <exception>
 #include <kopt/checkpoint.hpp>
 #include <kopt/loss_scaler.hpp>
 #include <kopt/offload_options.hpp>
@@ -20,10 +21,13 @@
 
 namespace kopt {
 
+class HybridOptimizer;
 namespace Impl {
 class Engine;
 class ShardStrategy;
 struct ExactSum;
+/// kopt/impl/rank_agreement.hpp (the C interface's collective calls).
+void agree_on_arguments(HybridOptimizer& opt, const std::string& call, std::exception_ptr failed);
 }  // namespace Impl
 
 struct HybridOptions {
@@ -69,7 +73,8 @@ class HybridOptimizer {
   /// Sharded (HybridOptions::sharding): collective, every rank calls it; ZeRO-2 first
   /// reduce-scatters the grads, and the updated params are all-gathered before it returns.
   /// Before any of that the ranks agree: when the checks (configs, allocations) fail on one
-  /// rank, or the ranks' null grads differ, every rank throws and nothing changes anywhere.
+  /// rank, or the ranks' group configs (a schedule stepped on one rank only) or null grads
+  /// differ, every rank throws and nothing changes anywhere.
   StepStats step();
 
   /// A group as the optimizer holds it: its config is mutable between steps (schedules);
@@ -149,6 +154,7 @@ class HybridOptimizer {
   std::size_t num_engines() const { return engines_.size(); }
 
  private:
+  friend void Impl::agree_on_arguments(HybridOptimizer&, const std::string&, std::exception_ptr);
   struct Placement {
     std::size_t engine;  ///< none when sharding left this rank no piece of the param
     std::size_t group;
@@ -164,7 +170,9 @@ class HybridOptimizer {
   Communicator* peers_() const;
   /// A line per param whose grad is null (they must be the same on every rank).
   std::string null_grad_lines_() const;
-  /// Throws kopt::InconsistentState naming `call` after a step that failed part-way.
+  /// Throws kopt::InvalidArgument naming `call` in a moved-from optimizer.
+  void check_alive_(const char* call) const;
+  /// The same, and kopt::InconsistentState after a step that failed part-way.
   void check_consistent_(const char* call) const;
   /// Throws kopt::InvalidArgument naming `call`, the group and the field when a group's
   /// config (mutable between steps) is invalid: step() and save() check them first.

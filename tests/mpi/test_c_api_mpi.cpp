@@ -6,6 +6,7 @@
 #include <kopt/kopt.h>
 #include <mpi.h>
 
+#include <cmath>
 #include <cstring>
 #include <kopt/kopt.hpp>
 #include <random>
@@ -122,12 +123,37 @@ TEST(CApiSharded, RefusedOnOneRankRefusedOnEvery) {
   const std::string said = kopt_last_error();
   EXPECT_NE(said.find(last ? "zero_stage = 3 must be 1 or 2" : "failed on rank"), std::string::npos)
       << said;
-  // MPI_COMM_NULL's handle, on every rank.
+  // Options refused on one rank only.
+  kopt_options bad;
+  kopt_options_default(&bad);
+  bad.max_grad_norm = last ? std::nan("") : 1.0;
+  EXPECT_EQ(kopt_optimizer_create_sharded(g, &bad, world_handle(), 1, 0, &opt),
+            KOPT_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(kopt_last_error()).find(last ? "max_grad_norm is NaN" : "failed on rank"),
+            std::string::npos)
+      << kopt_last_error();
+  // MPI_COMM_NULL's handle, and one of no communicator, on every rank: refused, not fatal.
+  EXPECT_EQ(kopt_optimizer_create_sharded(g, nullptr, 12345, 1, 0, &opt),
+            KOPT_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(kopt_last_error()).find("not a communicator"), std::string::npos);
   EXPECT_EQ(kopt_optimizer_create_sharded(g, nullptr, MPI_Comm_c2f(MPI_COMM_NULL), 1, 0, &opt),
             KOPT_ERROR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(kopt_last_error()).find("MPI_COMM_NULL"), std::string::npos);
   // Good arguments on every rank now: the world is still in step.
   ASSERT_EQ(kopt_optimizer_create_sharded(g, nullptr, world_handle(), 2, 0, &opt), KOPT_OK);
+  EXPECT_EQ(kopt_step(opt, nullptr), KOPT_OK);
+  // Collective calls' arguments refused on one rank only.
+  const kopt_test::SharedDir dir;
+  EXPECT_EQ(kopt_save(opt, last ? nullptr : dir.path.c_str()), KOPT_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(kopt_last_error()).find(last ? "path is NULL" : "kopt_save failed on"),
+            std::string::npos)
+      << kopt_last_error();
+  ASSERT_EQ(kopt_save(opt, dir.path.c_str()), KOPT_OK);
+  EXPECT_EQ(kopt_load(opt, dir.path.c_str(), last ? 2 : 0), KOPT_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(kopt_last_error()).find(last ? "partial = 2" : "kopt_load failed on"),
+            std::string::npos)
+      << kopt_last_error();
+  EXPECT_EQ(kopt_load(opt, dir.path.c_str(), 0), KOPT_OK);
   EXPECT_EQ(kopt_step(opt, nullptr), KOPT_OK);
   kopt_optimizer_destroy(opt);
   kopt_groups_destroy(g);

@@ -196,8 +196,36 @@ TEST(RankAgreement, StepRefusedOnOneRankChangesNothingAnywhere) {
   unchanged(1);
   opt.set_grad("b", m.gb.tensor());
 
+  // A schedule stepped on one rank only: each shard would be updated with its rank's lr.
+  if (last_rank()) opt.group(0).config().lr = 0.5;
+  expect_ranks_differ("lr 0.5", [&] { opt.step(); });
+  unchanged(1);
+  opt.group(0).config().lr = 1e-2;
+
   opt.step(), ref.step();
   unchanged(2);
+}
+
+// save() checks the configs and the state on every rank before any rank writes, and load()
+// that every rank reads the same checkpoint (node-local copies of one are the same).
+TEST(RankAgreement, CheckpointsRefusedOnOneRankRefusedOnEvery) {
+  NEEDS_TWO_RANKS();
+  const int last = world_size() - 1;
+  Model m(6);
+  kopt::HybridOptimizer opt(m.groups(), zero2());
+  opt.step();
+  const kopt_test::SharedDir one, two;
+  if (last_rank()) opt.group(0).config().lr = -1.0;
+  expect_thrown_everywhere<kopt::InvalidArgument>([&] { opt.save(one.path); }, last, "lr = -1");
+  opt.group(0).config().lr = 1e-2;
+  opt.save(one.path);
+  opt.step();
+  opt.save(two.path);
+  expect_ranks_differ("the checkpoint saved as generation",
+                      [&] { opt.load(last_rank() ? two.path : one.path); });
+  EXPECT_EQ(opt.step_count("a"), 2);  // as before the refused load
+  opt.load(one.path);
+  EXPECT_EQ(opt.step_count("a"), 1);
 }
 
 // load() allocates the state it restores after every rank checked the files: an allocation

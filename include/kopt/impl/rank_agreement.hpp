@@ -14,6 +14,7 @@
 
 namespace kopt {
 struct HybridOptions;
+class HybridOptimizer;
 class ParamGroup;
 }  // namespace kopt
 
@@ -30,9 +31,24 @@ std::vector<std::vector<unsigned char>> gather_bytes(Communicator& comm,
 /// every other one an exception of the first failed rank's type (kopt's types; kopt::Error
 /// for others) saying "<call> failed on rank R: <its message>". Else, when `lines` differ,
 /// every rank throws kopt::InvalidArgument quoting the first line where rank 0 and the lowest
-/// rank that differs from it part. Returns on every rank otherwise.
+/// rank that differs from it part, and `rule`. Returns on every rank otherwise.
 void agree_across_ranks(Communicator& comm, const std::string& call, std::exception_ptr failed,
-                        const std::string& lines);
+                        const std::string& lines,
+                        const std::string& rule =
+                            "every rank builds the optimizer with the same "
+                            "groups, names, sizes and options, and steps "
+                            "with the same configs and null grads");
+
+/// For calls of `opt` that are collective when it is sharded, from interfaces with checks of
+/// their own before it (the C interface's arguments): `failed` (what those checks threw on
+/// this rank, or null) agreed as agree_across_ranks does, in a sharded world of more than
+/// one rank; elsewhere rethrown as it is.
+void agree_on_arguments(HybridOptimizer& opt, const std::string& call, std::exception_ptr failed);
+
+/// Each group's algorithm and hyperparameters, a line per group: the same on every rank at
+/// every step of a sharded optimizer (a shard updated with its own rank's lr would leave
+/// the gathered params a mix).
+std::string group_configs(const std::vector<ParamGroup>& groups);
 
 /// What must be the same on every rank of a sharded optimizer, a line per item: the sharding
 /// and step options, each group's algorithm, hyperparameters, placement and storage form,
