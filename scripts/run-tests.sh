@@ -2,7 +2,7 @@
 # Builds kopt with its tests, examples, benchmarks and MPI support, and runs every test
 # (CTest; the MPI tests under mpirun at 1 to 4 ranks); then the tests again built with
 # AddressSanitizer + UndefinedBehaviorSanitizer; then compiles the whole tree for CUDA (no GPU
-# needed: scripts/run-gpu.sh --build-only).
+# needed: scripts/run-gpu.sh --compile-check).
 # Installs what it needs first (scripts/bootstrap-deps.sh). Usage: bash scripts/run-tests.sh
 # Env: KOPT_BUILD_DIR (default: build/tests; the sanitizer build goes to <it>-asan, the CUDA
 # build to <it>-cuda), KOPT_DEPS_PREFIX (see bootstrap-deps.sh), KOPT_SANITIZERS=0 (skip the
@@ -46,7 +46,7 @@ if [ "${KOPT_SANITIZERS:-1}" != 0 ]; then
 fi
 
 # A third pass: the library, tests, benchmarks and examples compiled for CUDA with -Werror, so
-# every device path compiles on every run, GPU or not (scripts/run-gpu.sh --build-only: the
+# every device path compiles on every run, GPU or not (scripts/run-gpu.sh --compile-check: the
 # bootstrap's Kokkos 3.4.01 with Cuda, Debian's CUDA 11.8 and Clang 16; docs/cuda-builds.md).
 # Nothing runs: scripts/run-gpu.sh runs it all on a GPU. With your own Kokkos (found through
 # Kokkos_ROOT or CMAKE_PREFIX_PATH) it is skipped unless KOPT_CUDA_BUILD=1 (run-gpu.sh then
@@ -59,10 +59,10 @@ if [ "$cuda_build" = 0 ]; then
 elif [ "$prefix_path" = "$deps_prefix" ]; then
   echo "=== the whole tree again, compiled for CUDA (-Werror; nothing is run)"
   env -u Kokkos_ROOT -u CMAKE_PREFIX_PATH KOPT_BUILD_DIR="${build}-cuda" \
-    bash scripts/run-gpu.sh --build-only
+    bash scripts/run-gpu.sh --compile-check
 elif [ "$cuda_build" = 1 ]; then
   echo "=== the whole tree again, compiled for CUDA with your Kokkos (-Werror; nothing is run)"
-  KOPT_BUILD_DIR="${build}-cuda" bash scripts/run-gpu.sh --build-only
+  KOPT_BUILD_DIR="${build}-cuda" bash scripts/run-gpu.sh --compile-check
 else
   echo "=== the CUDA compile pass skipped: your own Kokkos is in use (KOPT_CUDA_BUILD=1 runs it)"
 fi

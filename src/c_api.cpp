@@ -66,13 +66,7 @@ void create(const kopt_groups* groups, const kopt::HybridOptions& options,
 // is refused on every rank, none left waiting in the call for the others.
 template <class Check>
 void agree_on_arguments(kopt::HybridOptimizer& opt, const char* call, Check&& check) {
-  std::exception_ptr failed;
-  try {
-    check();
-  } catch (...) {
-    failed = std::current_exception();
-  }
-  kopt::Impl::agree_on_arguments(opt, call, failed);
+  kopt::Impl::agree_on_arguments(opt, call, kopt::Impl::outcome_of(check));
 }
 
 kopt::AdamConfig config_of(const kopt_adam_config& c) {
@@ -189,8 +183,7 @@ kopt_status kopt_optimizer_create_sharded(const kopt_groups* groups, const kopt_
     // Arguments refused on some ranks only refuse them on every rank, as the optimizer's
     // own checks do (kopt/impl/rank_agreement.hpp): none waits for the others.
     kopt::HybridOptions o;
-    std::exception_ptr failed;
-    try {
+    const std::exception_ptr failed = kopt::Impl::outcome_of([&] {
       o = options_of(options);
       KOPT_THROW_IF(zero_stage != 1 && zero_stage != 2,
                     "kopt C API: zero_stage = " << zero_stage << " must be 1 or 2");
@@ -200,9 +193,7 @@ kopt_status kopt_optimizer_create_sharded(const kopt_groups* groups, const kopt_
                                                                      : kopt::GradReduction::sum};
       deref(groups, "groups");
       deref(optimizer, "optimizer");
-    } catch (...) {
-      failed = std::current_exception();
-    }
+    });
     if (comm->size() > 1)
       kopt::Impl::agree_across_ranks(*comm, "kopt_optimizer_create_sharded", failed, "");
     if (failed) std::rethrow_exception(failed);

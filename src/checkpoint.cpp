@@ -54,8 +54,7 @@ void HybridOptimizer::save(const std::string& path) {
   // One saver per directory: rank 0 holds the lock from before any rank writes until the
   // clean-up is done (a second saver's clean-up would otherwise remove this one's files).
   std::optional<Impl::DirectoryLock> lock;
-  std::exception_ptr failed;
-  try {
+  const std::exception_ptr failed = Impl::outcome_of([&] {
     check_consistent_("save");  // never replace a good checkpoint with a half-updated state
     // Nor with configs that load() refuses (a field set out of range since the last step).
     check_configs_("save");
@@ -68,9 +67,7 @@ void HybridOptimizer::save(const std::string& path) {
     } catch (const std::exception& e) {
       std::rethrow_exception(checkpoint_error(e.what()));
     }
-  } catch (...) {
-    failed = std::current_exception();
-  }
+  });
   Impl::agree_across_ranks(comm, what, failed, "");
   std::string error;  // of the writes below
   for (const auto& engine : engines_) engine->fence();
@@ -301,8 +298,7 @@ void HybridOptimizer::load(const std::string& path, const LoadOptions& options) 
   // off since it was saved: it keeps its values until switched on again).
   // The allocations may fail on one rank only: the ranks agree again, so that none applies
   // the file while another keeps its old state.
-  std::exception_ptr failed;
-  try {
+  const std::exception_ptr failed = Impl::outcome_of([&] {
     for (std::size_t e = 0; e < engines_.size(); ++e) {
       unsigned held = 0;
       for (std::size_t g = 0; g < groups_.size(); ++g)
@@ -310,9 +306,7 @@ void HybridOptimizer::load(const std::string& path, const LoadOptions& options) 
       engines_[e]->keep_state_arrays(held);
     }
     for (const auto& engine : engines_) engine->prepare_step();
-  } catch (...) {
-    failed = std::current_exception();
-  }
+  });
   Impl::agree_across_ranks(comm, "kopt::HybridOptimizer::load of " + path, failed, "");
   try {
     apply_loaded_(configs, config_found, steps, arrays);

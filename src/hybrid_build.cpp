@@ -62,12 +62,7 @@ HybridOptimizer::HybridOptimizer(std::vector<ParamGroup> groups, const HybridOpt
   // Every rank checks and builds, then all agree: a rank whose checks failed would
   // otherwise leave the others waiting in their first step's collectives, and ranks built
   // from different groups would exchange mismatched buffers.
-  std::exception_ptr failed;
-  try {
-    build_();
-  } catch (...) {
-    failed = std::current_exception();
-  }
+  const std::exception_ptr failed = Impl::outcome_of([&] { build_(); });
   Impl::agree_across_ranks(*peers, "kopt::HybridOptimizer", failed,
                            Impl::rank_invariants(groups_, options_));
 }

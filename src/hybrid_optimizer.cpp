@@ -100,12 +100,7 @@ StepStats HybridOptimizer::step() {
   // update starts (configs, allocations, collectives), and changes no value: a throw there
   // leaves params, state, step counts and loss scale as they were, on every rank.
   if (Communicator* peers = peers_()) {
-    std::exception_ptr failed;
-    try {
-      prepare_step_();
-    } catch (...) {
-      failed = std::current_exception();
-    }
+    const std::exception_ptr failed = Impl::outcome_of([&] { prepare_step_(); });
     Impl::agree_across_ranks(*peers, "kopt::HybridOptimizer::step", failed,
                              Impl::group_configs(groups_) + null_grad_lines_());
   } else {

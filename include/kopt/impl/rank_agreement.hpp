@@ -20,6 +20,17 @@ class ParamGroup;
 
 namespace kopt::Impl {
 
+/// What `check()` threw on this rank, or null: the outcome a rank brings to the agreement.
+template <class Check>
+std::exception_ptr outcome_of(Check&& check) noexcept {
+  try {
+    check();
+    return nullptr;
+  } catch (...) {
+    return std::current_exception();
+  }
+}
+
 /// Every rank's bytes, one buffer per rank (two all-gathers: the sizes, then the bytes).
 std::vector<std::vector<unsigned char>> gather_bytes(Communicator& comm,
                                                      const std::vector<unsigned char>& mine);

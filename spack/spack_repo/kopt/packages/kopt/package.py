@@ -121,7 +121,8 @@ class Kopt(CMakePackage, CudaPackage):
         """build and run a CMake project that uses find_package(kopt)"""
         src = join_path(self.test_suite.current_test_cache_dir, self.consumer_src_dir)
         cmake = which(self.spec["cmake"].prefix.bin.cmake, required=True)
-        prefixes = [self.prefix, self.spec["kokkos"].prefix]
+        # kopt's koptConfig.cmake finds Kokkos and KokkosKernels (own prefixes in Spack).
+        prefixes = [self.prefix, self.spec["kokkos"].prefix, self.spec["kokkos-kernels"].prefix]
         # No compiler wrapper here: the real compiler, or Kokkos' nvcc_wrapper.
         if self.spec.satisfies("^kokkos+wrapper"):
             cxx = self["kokkos"].kokkos_cxx
