@@ -72,20 +72,21 @@ if [ "$prebuilt" = 0 ]; then
     # The host half at -O0: a kernel file's compile 30-70% shorter (fused_openmp.cpp 178 ->
     # 65 s), a small test file's no shorter (docs/cuda-builds.md). Set either way: a tree
     # configured by one option and built again by the other follows it.
-    release="-O3 -DNDEBUG" launcher=""
+    release="-O3 -DNDEBUG" launcher=(-UCMAKE_CXX_COMPILER_LAUNCHER)  # yours, if any (ccache)
     if [ "$host_o0" = 1 ]; then
       release+=" -Xarch_host -O0"
       # One device half per file, sm_90's (the machine code inspected below): the launcher drops
       # Kokkos' --cuda-gpu-arch=sm_80 and the toolchain's compiler adds sm_90. A small test
       # file's compile 13 -> 8 s (docs/cuda-builds.md).
       mkdir -p "$build"
-      launcher="$(cd "$build" && pwd)/sm90-only.sh"
+      arch_filter="$(cd "$build" && pwd)/sm90-only.sh"
       printf '%s\n' '#!/bin/sh' '# run-gpu.sh --compile-check: a CUDA compile for sm_90 alone.' \
         'for a; do shift; case "$a" in --cuda-gpu-arch=*) ;; *) set -- "$@" "$a" ;; esac; done' \
-        'exec "$@"' >"$launcher"
-      chmod +x "$launcher"
+        'exec "$@"' >"$arch_filter"
+      chmod +x "$arch_filter"
+      launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER="$arch_filter")
     fi
-    toolchain+=(-DCMAKE_CXX_FLAGS_RELEASE="$release" -DCMAKE_CXX_COMPILER_LAUNCHER="$launcher")
+    toolchain+=(-DCMAKE_CXX_FLAGS_RELEASE="$release" "${launcher[@]}")
   fi
   echo "=== building for CUDA in $build (${toolchain[*]})"
   cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$prefix_path" \
