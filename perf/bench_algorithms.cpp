@@ -157,6 +157,8 @@ void bm_adafactor(benchmark::State& state) {
   state.counters["state_B/elem"] =
       static_cast<double>(opt.state_bytes() - (std::is_same_v<ParamT, float> ? 0 : 4 * n)) /
       static_cast<double>(n);
+  state.counters["workspace_B/elem"] =
+      static_cast<double>(opt.workspace_bytes()) / static_cast<double>(n);
 }
 
 template <class S, class Config, unsigned Arrays>
@@ -213,6 +215,9 @@ void bm_muon(benchmark::State& state, std::int64_t rows, std::int64_t cols) {
   state.counters["gemm_GFLOP/s"] = flops * iters / gemm_total / 1e9;
   state.counters["of_ceiling"] = gemm_total / step_total;
   state.counters["threads"] = exec.concurrency();
+  const auto elements = static_cast<double>(rows * cols);
+  state.counters["state_B/elem"] = static_cast<double>(opt.state_bytes()) / elements;
+  state.counters["workspace_B/elem"] = static_cast<double>(opt.workspace_bytes()) / elements;
 }
 
 }  // namespace

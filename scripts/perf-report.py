@@ -76,12 +76,15 @@ def kopt_rows(bench, peers=None):
             note = ", ".join(f"{p} {b[p + '_s']:.2f} s ({b[p + '_us_per_param']:.1f} us/param)"
                              for p in ("add", "construct", "first_step", "save", "load"))
         elif kernel.startswith("adafactor_"):
-            note = (f"state {b['state_B/elem']:.4f} B/elem ({int(b['rows']):,} rows); ceiling: "
-                    f"the least traffic its step needs")
+            note = (f"state {b['state_B/elem']:.4f} B/elem, workspace "
+                    f"{b.get('workspace_B/elem', float('nan')):.4f} ({int(b['rows']):,} rows); "
+                    f"ceiling: the least traffic its step needs")
         elif kernel.startswith("muon_"):
             size = kernel[len("muon_"):]
             note = (f"{b['GFLOP/s']:.1f} GFLOP/s; its gemms alone {b['gemm_GFLOP/s']:.1f} "
-                    f"(of ceil: the step's share that is gemm)")
+                    f"(of ceil: the step's share that is gemm); state "
+                    f"{b.get('state_B/elem', float('nan')):.1f} B/elem, workspace "
+                    f"{b.get('workspace_B/elem', float('nan')):.1f}")
         elif "of_slower" in b:
             note = f"{b['of_slower']:.2f} of the slower group alone"
         gbs = b.get("GB/s", b.get("copy_GB/s"))

@@ -146,7 +146,8 @@ kopt_status kopt_groups_add_param(kopt_groups* groups, size_t group, const char*
     auto& g = deref(groups, "groups");
     KOPT_THROW_IF(group >= g.groups.size(), "kopt C API: group " << group << " does not exist ("
                                                                  << g.groups.size() << " groups)");
-    KOPT_THROW_IF(param == nullptr, "kopt C API: param '" << name_arg(name) << "' is NULL");
+    KOPT_THROW_IF(param == nullptr && numel != 0,  // no elements need no memory, as in C++
+                  "kopt C API: param '" << name_arg(name) << "' is NULL");
     g.groups[group].add(name_arg(name), tensor(param, param_dtype, numel, space),
                         tensor(grad, grad_dtype, numel, space));
   });
@@ -164,7 +165,8 @@ kopt_status kopt_groups_add_matrix_param(kopt_groups* groups, size_t group, cons
     auto& g = deref(groups, "groups");
     KOPT_THROW_IF(group >= g.groups.size(), "kopt C API: group " << group << " does not exist ("
                                                                  << g.groups.size() << " groups)");
-    KOPT_THROW_IF(param == nullptr, "kopt C API: param '" << name_arg(name) << "' is NULL");
+    KOPT_THROW_IF(param == nullptr && numel != 0,  // no elements need no memory, as in C++
+                  "kopt C API: param '" << name_arg(name) << "' is NULL");
     g.groups[group].add(name_arg(name), tensor(param, param_dtype, numel, space).matrix(rows, cols),
                         tensor(grad, grad_dtype, numel, space));
   });
@@ -241,7 +243,7 @@ kopt_status kopt_rebind(kopt_optimizer* optimizer, const char* name, void* param
                         kopt_dtype param_dtype, void* grad, kopt_dtype grad_dtype, int64_t numel,
                         kopt_memory_space space) {
   return guard([&] {
-    KOPT_THROW_IF(param == nullptr,
+    KOPT_THROW_IF(param == nullptr && numel != 0,
                   "kopt C API: rebind of '" << name_arg(name) << "': param is NULL");
     deref(optimizer, "optimizer")
         .opt->rebind(name_arg(name), tensor(param, param_dtype, numel, space),

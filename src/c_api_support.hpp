@@ -21,7 +21,6 @@ namespace kopt::c_api {
 /// This thread's last error message (kopt_last_error).
 inline thread_local std::string last_error;
 
-/// A C boolean: 0 or 1, nothing else (a garbage value from Fortran is an error, not "true").
 /// A kopt_dtype kopt updates and stores (KOPT_F32, KOPT_BF16, KOPT_F16) as a DType.
 inline kopt::DType dtype_of(kopt_dtype d) {
   KOPT_THROW_IF(
@@ -32,9 +31,13 @@ inline kopt::DType dtype_of(kopt_dtype d) {
 
 /// A kopt_dtype a state array may be stored in (dtype_of's, and KOPT_Q8) as a DType.
 inline kopt::DType state_dtype_of(kopt_dtype d) {
-  return d == KOPT_Q8 ? kopt::DType::q8 : dtype_of(d);
+  KOPT_THROW_IF(d != KOPT_F32 && d != KOPT_BF16 && d != KOPT_F16 && d != KOPT_Q8,
+                "kopt C API: state dtype " << static_cast<int>(d)
+                                           << " is not KOPT_F32, KOPT_BF16, KOPT_F16 or KOPT_Q8");
+  return static_cast<kopt::DType>(d);
 }
 
+/// A C boolean: 0 or 1, nothing else (a garbage value from Fortran is an error, not "true").
 inline bool flag(std::int32_t value, const char* what) {
   KOPT_THROW_IF(value != 0 && value != 1,
                 "kopt C API: " << what << " = " << value << " must be 0 or 1");

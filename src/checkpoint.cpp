@@ -40,6 +40,22 @@ void agree(Communicator& comm, const std::string& error, const std::string& what
 
 std::int64_t global_numel(const Tensor& t) { return t.is_shard() ? t.global_numel : t.numel; }
 constexpr std::size_t kNone = std::numeric_limits<std::size_t>::max();  // no engine here
+
+// Refuses a checkpoint holding params this optimizer lacks (known[i]: index param i is one
+// of its own), naming the first few of them: a user looks for them by name.
+void check_all_known(const Impl::Index& index, const std::vector<bool>& known,
+                     const std::string& index_file) {
+  const auto extra = static_cast<std::size_t>(std::count(known.begin(), known.end(), false));
+  if (extra == 0) return;
+  constexpr std::size_t listed = 3;
+  std::string names;
+  for (std::size_t i = 0, n = 0; i < known.size() && n < listed; ++i)
+    if (!known[i]) names += (n++ == 0 ? "'" : ", '") + index.params[i].name + "'";
+  KOPT_THROW_IF_AS(CheckpointError, true,
+                   index_file << ": holds " << extra << " params this optimizer does not have ("
+                              << names << (extra > listed ? ", ..." : "")
+                              << "; LoadOptions::partial ignores them)");
+}
 }  // namespace
 
 Communicator& HybridOptimizer::world_() { return shards_->communicator(); }
@@ -212,7 +228,7 @@ void HybridOptimizer::load(const std::string& path, const LoadOptions& options) 
     in_file.reserve(index.params.size());
     for (std::uint32_t i = 0; i < index.params.size(); ++i)
       in_file.emplace(index.params[i].name, i);
-    std::size_t known = 0;
+    std::vector<bool> known(index.params.size(), false);
     for (std::size_t g = 0; g < groups_.size(); ++g)
       for (const ParamSpec& p : groups_[g].params()) {
         const Placement& at = find_(p.name);
@@ -229,7 +245,7 @@ void HybridOptimizer::load(const std::string& path, const LoadOptions& options) 
                 {true, 0, 0, shards_->local_param(at.ordinal).numel, at.engine, &p.name});
           continue;
         }
-        ++known;
+        known[it->second] = true;
         const Impl::IndexParam& q = index.params[it->second];
         KOPT_THROW_IF_AS(
             CheckpointError, q.dtype != p.param.dtype || q.global_numel != global_numel(p.param),
@@ -267,10 +283,7 @@ void HybridOptimizer::load(const std::string& path, const LoadOptions& options) 
         reader.check(it->second, piece.global_offset, piece.numel);
         pieces.push_back({false, it->second, piece.global_offset, piece.numel, at.engine, &p.name});
       }
-    KOPT_THROW_IF_AS(CheckpointError, !options.partial && known != index.params.size(),
-                     index_file << ": holds " << index.params.size() - known
-                                << " params this optimizer does not have (LoadOptions::partial "
-                                << "ignores them)");
+    if (!options.partial) check_all_known(index, known, index_file);
     for (std::size_t g = 0; g < groups_.size(); ++g)
       if (config_found[g]) kopt::validate(configs[g]);
     if (index.has_scaler && scaler_) {

@@ -249,4 +249,10 @@ std::map<std::string, std::size_t> HybridOptimizer::state_bytes() const {
   return bytes;
 }
 
+std::map<std::string, std::size_t> HybridOptimizer::workspace_bytes() const {
+  std::map<std::string, std::size_t> bytes;
+  for (const auto& engine : engines_) engine->add_workspace_bytes(bytes);
+  return bytes;
+}
+
 }  // namespace kopt

@@ -42,16 +42,16 @@ ParamGroup::ParamGroup(const AlgorithmConfig& config, StatePlacement placement)
 
 namespace {
 /// Refuses q8 arrays where `config`'s algorithm cannot keep them (it names no
-/// q8_square_arrays: blockwise 8-bit state is for Adam's moments).
+/// q8_square_arrays: blockwise 8-bit state is for Adam's moments). A group-wide q8 counts
+/// too where the algorithm has no arrays (Adafactor): the storage asked for is not there.
 void check_q8(const StateStorage& storage, const AlgorithmConfig& config, const char* call) {
-  const bool q8 = std::visit(
-      [&](const auto& c) {
-        // != : nvcc warns that k < 0 is pointless for Adafactor, which names no arrays.
-        for (std::size_t k = 0; k != c.state_array_names.size(); ++k)
-          if (storage.dtype_of(k) == DType::q8) return true;
-        return false;
-      },
-      config);
+  // != : nvcc warns that k < 0 is pointless for Adafactor, which names no arrays.
+  const auto names_q8 = [&](const auto& c) {
+    for (std::size_t k = 0; k != c.state_array_names.size(); ++k)
+      if (storage.dtype_of(k) == DType::q8) return true;
+    return false;
+  };
+  const bool q8 = storage.arrays == DType::q8 || std::visit(names_q8, config);
   const bool takes_q8 = std::visit(
       [](const auto& c) {
         return requires { std::decay_t<decltype(c)>::q8_square_arrays; };

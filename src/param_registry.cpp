@@ -137,9 +137,12 @@ void ParamRegistry::rebind(const std::string& name, const Tensor& param, const T
   KOPT_THROW_IF(param.dtype != entry.param.dtype, owner_ << ": rebind of '" << name << "' to dtype "
                                                          << name_of(param.dtype) << "; it is "
                                                          << name_of(entry.param.dtype));
+  // A piece (shard_of) stays where it was: stochastic rounding and checkpoints key by it.
+  const bool moved = param.global_numel != entry.param.global_numel ||
+                     param.global_offset != entry.param.global_offset;
   KOPT_THROW_IF_AS(ShapeMismatch,
-                   param.is_matrix() && entry.param.is_matrix() &&
-                       (param.rows != entry.param.rows || param.cols != entry.param.cols),
+                   moved || (param.is_matrix() && entry.param.is_matrix() &&
+                             (param.rows != entry.param.rows || param.cols != entry.param.cols)),
                    owner_ << ": rebind of '" << name << "' to " << describe(param) << "; it is "
                           << describe(entry.param) << " (rebind replaces memory, not shape)");
   check_grad_(name, param, grad);

@@ -91,7 +91,11 @@ ShardPlan::ShardPlan(const std::vector<ParamGroup>& groups, const ShardingOption
 
 void ShardPlan::check(std::size_t i, const Tensor& param, const Tensor& grad) const {
   const Param& p = params_[i];
-  KOPT_THROW_IF_AS(ShapeMismatch, param.numel != p.param.numel || param.is_shard() != p.presharded,
+  // A piece the training code cut (shard_of) stays where it was: its state is keyed by it.
+  const bool moved = p.presharded && (param.global_numel != p.param.global_numel ||
+                                      param.global_offset != p.param.global_offset);
+  KOPT_THROW_IF_AS(ShapeMismatch,
+                   param.numel != p.param.numel || param.is_shard() != p.presharded || moved,
                    "kopt::HybridOptimizer (sharded): parameter '"
                        << p.name << "' is " << describe(p.param) << ", not " << describe(param));
   if (grad.is_null()) return;

@@ -92,6 +92,11 @@ TYPED_TEST(Adafactor, StateIsFactoredAndRestores) {
   EXPECT_EQ(a.tensor_state("w").size(), 512u + 256u);
   EXPECT_EQ(a.tensor_state("b").size(), 300u);
   EXPECT_EQ(a.state_bytes(), (512u + 256u + 300u) * sizeof(float));
+  // Beside it: the factors (rows + cols floats; a vector's numel + 1), each param's padded
+  // to 16, and partial sums: a double per column per block of 16 rows (half a byte per
+  // element here, 1/16 at 8192 rows), 16 per row; not a float per element.
+  EXPECT_GE(a.workspace_bytes(), (768u + 304u) * sizeof(float) + w.size() / 2);
+  EXPECT_LT(a.workspace_bytes(), 2 * w.size()) << "under 2 bytes per element";
   const std::vector<float> sw = a.tensor_state("w"), sb = a.tensor_state("b");
   EXPECT_GT(sw.front(), 0.0f);
   EXPECT_THROW(a.set_tensor_state("w", std::vector<float>(10)), kopt::InvalidArgument);

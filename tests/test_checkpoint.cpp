@@ -9,11 +9,13 @@
 #include <kopt/kopt.hpp>
 
 #include "checkpoint_model.hpp"
+#include "test_support.hpp"
 
 namespace {
 
 namespace fs = std::filesystem;
 using kopt_test::CheckpointModel;
+using kopt_test::expect_error;
 using kopt_test::ParamDef;
 using kopt_test::TempDir;
 
@@ -156,7 +158,9 @@ TEST(Checkpoint, NamesSizesAndDtypesMustMatchUnlessPartialIsAsked) {
   std::vector<ParamDef> fewer = model_defs();
   fewer.pop_back();  // the file has a param this optimizer lacks
   CheckpointModel small(fewer, kConfigs, kGroupsOf, {0, 1, 2, 3, 4, 5, 6}, options(false));
-  EXPECT_THROW(small.opt->load(dir.str()), kopt::CheckpointError);
+  // Named: with many params a count alone does not say which to look for.
+  expect_error<kopt::CheckpointError>([&] { small.opt->load(dir.str()); },
+                                      "holds 1 params this optimizer does not have ('p7';");
   EXPECT_EQ(small.opt->step_count("p0"), 0);
   small.opt->load(dir.str(), {.partial = true});
   EXPECT_EQ(small.opt->step_count("p0"), 2);
@@ -176,6 +180,13 @@ TEST(Checkpoint, NamesSizesAndDtypesMustMatchUnlessPartialIsAsked) {
   retyped[0].param = kopt::DType::bf16;
   CheckpointModel typed(retyped, kConfigs, kGroupsOf, kOrder, options(false));
   EXPECT_THROW(typed.opt->load(dir.str()), kopt::CheckpointError);
+  // Every param in one group: the file's three configs cannot all be that group's.
+  CheckpointModel merged(model_defs(), kConfigs, std::vector<std::size_t>(8, 0), kOrder,
+                         options(false));
+  expect_error<kopt::CheckpointError>([&] { merged.opt->load(dir.str()); },
+                                      "group 0 holds params saved with different configs");
+  EXPECT_EQ(merged.opt->step_count("p0"), 0);
+  EXPECT_EQ(merged.opt->group(0).config().lr, kConfigs[0].lr);
 }
 
 // A partial load gives each param the file lacks the state a new param starts from,

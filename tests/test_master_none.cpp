@@ -236,6 +236,15 @@ TYPED_TEST(NoMaster, StochasticBitsDependOnSeedStepNameAndIndexAlone) {
       const auto b = static_cast<std::int64_t>(begin), c = static_cast<std::int64_t>(count);
       engines.back()->add(name, w.tensor().slice(b, c).shard_of(n, b),
                           g.tensor().slice(b, c).shard_of(n, b));
+      // Its bits are keyed by where the piece sits: a rebind may not move it.
+      const kopt::Tensor piece = w.tensor().slice(b, c);
+      std::vector<kopt::Tensor> moves = {piece.shard_of(n + 1, b)};
+      if (b > 0) moves.push_back(piece.shard_of(n, b - 1));  // the first: its tensor alone
+      for (const kopt::Tensor& moved : moves)
+        expect_error<kopt::ShapeMismatch>([&] { engines.back()->rebind(name, moved, {}); },
+                                          "rebind replaces memory, not shape");
+      engines.back()->rebind(name, w.tensor().slice(b, c).shard_of(n, b),
+                             g.tensor().slice(b, c).shard_of(n, b));  // the same place
     }
     for (int t = 0; t < 5; ++t)
       for (auto& e : engines) e->step();

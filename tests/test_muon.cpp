@@ -118,6 +118,32 @@ TEST(MuonConfig, KeepsTheArraysItsPolicyUpdates) {
   EXPECT_DOUBLE_EQ(MuonConfig{.match_rms_adamw = true}.lr_scale(18, 75), 0.2 * std::sqrt(75.0));
 }
 
+// workspace_bytes() counts what Muon keeps beside its momentum buffer (state_bytes()): the
+// directions (4 bytes per element) and the Newton-Schulz scratch of its largest matrix (the
+// next X, A and B, the row sums), so a training code can budget for both.
+TYPED_TEST(Muon, WorkspaceBytesCountTheDirectionsAndTheIterationsScratch) {
+  using Space = TypeParam;
+  SpaceArray<float, Space> w(30 * 40), gw(30 * 40), v(64 * 16), gv(64 * 16);
+  for (std::size_t i = 0; i < gw.size(); ++i) gw.host[i] = 0.01f * float(i % 13) - 0.05f;
+  for (std::size_t i = 0; i < gv.size(); ++i) gv.host[i] = 0.02f * float(i % 7) - 0.05f;
+  gw.upload(), gv.upload();
+  kopt::FusedOptimizer<Space, MuonPolicy> opt(Space(), MuonConfig{}, "kopt_test::muon");
+  opt.add("w", w.tensor().matrix(30, 40), gw.tensor());
+  opt.add("v", v.tensor().matrix(64, 16), gv.tensor());
+  EXPECT_EQ(opt.workspace_bytes(), 0u) << "nothing is allocated before the first step";
+  opt.step();
+  EXPECT_EQ(opt.state_bytes(), (1200u + 1024u) * sizeof(float));  // the momentum buffers
+  const std::size_t directions = (1200u + 1024u) * sizeof(float);
+  const std::size_t scratch = 1200 * sizeof(float)           // the next X of the largest
+                              + 2 * 30 * 30 * sizeof(float)  // A and B: the larger k x k
+                              + 64 * sizeof(double);         // the row sums of the tallest
+  const std::size_t bytes = opt.workspace_bytes();
+  EXPECT_GE(bytes, directions + scratch);
+  EXPECT_LT(bytes, directions + scratch + 64 * 1024) << "only tables besides";
+  opt.step();
+  EXPECT_EQ(opt.workspace_bytes(), bytes) << "a steady step allocates nothing";
+}
+
 TYPED_TEST(Muon, MatchesReferenceForEveryOptionDtypeAndShape) {
   check_against_reference<TypeParam, float, float>(1);
   check_against_reference<TypeParam, bfloat16, bfloat16>(2);

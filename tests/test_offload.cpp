@@ -219,6 +219,32 @@ TEST(Offload, TheDeviceHoldsNoStateForOffloadedParams) {
   for (std::size_t j = 0; j < defs.size(); ++j) EXPECT_TRUE(off.opt->is_offloaded(off.name(j)));
 }
 
+// The staging buffers are the offload pipeline's workspace, in host memory beside the state:
+// staging_buffers x chunk_elements x 2 (grads, params) x 4 bytes per offload engine (here
+// three, one per param dtype), whatever the params' sizes.
+TEST(Offload, WorkspaceBytesCountTheStagingBuffers) {
+  std::vector<kopt::AdamConfig> configs{kopt::AdamConfig{}, kopt::AdamConfig{.lr = 0.1}};
+  const auto defs = mixed_defs(2);
+  kopt::HybridOptions options;
+  options.offload.chunk_elements = 4096;
+  options.offload.staging_buffers = 2;
+  HybridWorld off(configs, defs, options, 3, {true, true});
+  HybridWorld local(configs, defs, options, 3);
+  for (HybridWorld* w : {&off, &local}) {
+    w->new_grads();
+    w->opt->step();
+  }
+  const std::string host = Kokkos::DefaultHostExecutionSpace::name();
+  const std::size_t staging = 2 * 4096 * 2 * 4 * off.opt->num_engines();
+  EXPECT_EQ(off.opt->num_engines(), 3u);
+  EXPECT_GE(off.opt->workspace_bytes()[host], staging);
+  EXPECT_LT(off.opt->workspace_bytes()[host], staging + 64 * 1024) << "only tables besides";
+  std::size_t local_bytes = 0;
+  for (const auto& [space, bytes] : local.opt->workspace_bytes()) local_bytes += bytes;
+  EXPECT_GT(local_bytes, 0u) << "its chunk tables and slots";
+  EXPECT_LT(local_bytes, staging) << "no staging where nothing is offloaded";
+}
+
 TEST(Offload, SelectionTakesTheLargestParamsFirst) {
   const std::vector<std::size_t> bytes{100, 300, 200, 300};
   const auto pick = [&](std::optional<double> fraction, std::optional<std::size_t> budget) {

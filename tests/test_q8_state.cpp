@@ -172,6 +172,10 @@ TEST(Q8StateOptimizer, BadInputIsRefusedNamingItAndChangesNothing) {
       "ParamGroup::set_state_dtype: q8 state arrays are Adam's (adam, AdamW) only; sgd keeps "
       "f32, bf16 or f16 state");
   EXPECT_EQ(sgd.storage(), kopt::StateStorage{});
+  kopt::ParamGroup factored(kopt::AdafactorConfig{});  // no arrays: q8 would be a no-op
+  expect_error<kopt::InvalidArgument>([&] { factored.set_state_dtype(DType::q8); },
+                                      "q8 state arrays are Adam's (adam, AdamW) only; adafactor");
+  EXPECT_EQ(factored.storage(), kopt::StateStorage{});
   kopt::ParamGroup adam(kopt::AdamConfig{});
   adam.set_state_dtype("exp_avg", DType::q8);
   expect_error<kopt::InvalidArgument>([&] { adam.set_algorithm(kopt::LionConfig{}); },

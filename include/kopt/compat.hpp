@@ -70,6 +70,12 @@ void fence(const ExecSpace& exec, [[maybe_unused]] const std::string& label) {
 #endif
 }
 
+/// Bytes the allocations of `views` span (0 for an empty one): what workspace_bytes() adds.
+template <class... Views>
+std::size_t view_bytes(const Views&... views) {
+  return (std::size_t{0} + ... + (views.span() * sizeof(typename Views::value_type)));
+}
+
 /// Fences every execution space, labelled where Kokkos takes a label.
 inline void fence_all([[maybe_unused]] const std::string& label) {
 #if KOKKOS_VERSION >= 30500

@@ -169,6 +169,10 @@ class FusedOptimizer {
   unsigned held_state_arrays() const { return state_.held(); }
   /// Bytes of optimizer state this engine holds in its memory space.
   std::size_t state_bytes() const;
+  /// Bytes of everything else it keeps allocated there between steps: its chunk and slot
+  /// tables, partial sums, and per-tensor workspaces (Muon's directions and Newton-Schulz
+  /// scratch, Adafactor's factors). Grown by the steps that need more; never shrunk.
+  std::size_t workspace_bytes() const;
   const ExecSpace& exec() const { return exec_; }
   /// How the state is stored.
   const StateStorage& storage() const { return state_.storage(); }

@@ -265,6 +265,11 @@ class GradNorms {
     sums_(exec, label, slots, out, true);
   }
 
+  /// Bytes of its tables and partial sums in memory_space.
+  std::size_t workspace_bytes() const {
+    return view_bytes(chunks_, partials_, block_sums_, values_);
+  }
+
  private:
   void sums_(const ExecSpace& exec, const std::string& label,
              const Kokkos::View<const UpdateSlot*, memory_space>& slots, NormParts& out,

@@ -147,10 +147,21 @@ class HybridOptimizer {
   /// ...): offloaded state counts as host memory. The offload pipeline's staging buffers
   /// are not state.
   std::map<std::string, std::size_t> state_bytes() const;
+  /// Bytes the optimizer keeps allocated besides its state, per execution space name as
+  /// state_bytes(): its tables and partial sums, the per-tensor workspaces (Muon's
+  /// directions, 4 bytes per element, and Newton-Schulz scratch for its largest matrix;
+  /// Adafactor's row and column factors), LAMB's block sums on devices (1 byte per
+  /// element), the offload pipeline's staging buffers (host: staging_buffers x
+  /// chunk_elements x 8 bytes per offload engine, one per param dtype, algorithm and state
+  /// storage among the offloaded groups). Sized by the first step
+  /// (prepare_step) and by steps that need more; never shrunk. With state_bytes(), what a
+  /// training code budgets for the optimizer.
+  std::map<std::string, std::size_t> workspace_bytes() const;
   /// Whether the state of `name` lives in host memory and is updated by the offload
   /// pipeline (its group is StatePlacement::host, or OffloadOptions selected it).
   bool is_offloaded(const std::string& name) const { return find_(name).offloaded; }
-  /// Number of engines in the plan (one per execution space, param dtype and offload).
+  /// Number of engines in the plan (one per execution space, param dtype, offload or not,
+  /// algorithm and form of state storage).
   std::size_t num_engines() const { return engines_.size(); }
 
  private:

@@ -133,7 +133,8 @@ kopt_status kopt_groups_set_state_dtype(kopt_groups* groups, size_t group, kopt_
  * e.g. KOPT_F32 for "exp_avg_sq" after kopt_groups_set_state_dtype(g, i, KOPT_BF16). */
 kopt_status kopt_groups_set_array_dtype(kopt_groups* groups, size_t group, const char* array,
                                         kopt_dtype dtype);
-/* A named param of `numel` elements and its grad (NULL: none yet), both in `space`. */
+/* A named param of `numel` elements and its grad (NULL: none yet), both in `space`; the
+ * param may be NULL only when it has no elements. */
 kopt_status kopt_groups_add_param(kopt_groups* groups, size_t group, const char* name, void* param,
                                   kopt_dtype param_dtype, void* grad, kopt_dtype grad_dtype,
                                   int64_t numel, kopt_memory_space space);

@@ -169,6 +169,9 @@ int main(void) {
   CHECK(kopt_groups_add_param(groups, 0, "q", half, KOPT_Q8, rg, KOPT_BF16, N, KOPT_HOST) ==
         KOPT_ERROR_INVALID_ARGUMENT);
   CHECK(strstr(kopt_last_error(), "KOPT_F32, KOPT_BF16 or KOPT_F16") != NULL);
+  CHECK(kopt_groups_set_state_dtype(groups, 0, (kopt_dtype)77) == KOPT_ERROR_INVALID_ARGUMENT);
+  CHECK(strstr(kopt_last_error(),
+               "state dtype 77 is not KOPT_F32, KOPT_BF16, KOPT_F16 or KOPT_Q8") != NULL);
   CHECK(kopt_groups_set_state_dtype(groups, 0, KOPT_BF16) == KOPT_OK);
   CHECK(kopt_groups_add_param(groups, 0, "h", half, KOPT_F16, rg, KOPT_BF16, N, KOPT_HOST) ==
         KOPT_OK);

@@ -43,6 +43,9 @@ int main(void) {
   CHECK(kopt_groups_add_group(groups, &config, 0, &group) == KOPT_OK && group == 0);
   CHECK(kopt_groups_add_param(groups, 0, "w", w, KOPT_F32, g, KOPT_F32, N, KOPT_HOST) == KOPT_OK);
   CHECK(kopt_groups_add_param(groups, 0, "b", b, KOPT_F32, db, KOPT_F32, 1, KOPT_HOST) == KOPT_OK);
+  /* A param of no elements needs no memory: NULL is fine there, as in C++. */
+  CHECK(kopt_groups_add_param(groups, 0, "none", NULL, KOPT_F32, NULL, KOPT_F32, 0, KOPT_HOST) ==
+        KOPT_OK);
 
   /* Bad input: an error code, a message naming the problem, nothing added. */
   CHECK(kopt_groups_add_param(groups, 0, NULL, w, KOPT_F32, g, KOPT_F32, N, KOPT_HOST) ==
@@ -79,6 +82,10 @@ int main(void) {
   }
   int64_t steps = 0;
   CHECK(kopt_step_count(opt, "w", &steps) == KOPT_OK && steps == 100);
+  CHECK(kopt_step_count(opt, "none", &steps) == KOPT_OK && steps == 0); /* no grad yet */
+  CHECK(kopt_rebind(opt, "none", NULL, KOPT_F32, NULL, KOPT_F32, 0, KOPT_HOST) == KOPT_OK);
+  CHECK(kopt_rebind(opt, "w", NULL, KOPT_F32, g, KOPT_F32, N, KOPT_HOST) ==
+        KOPT_ERROR_INVALID_ARGUMENT);
   CHECK(loss < 0.01 * first);
   printf("C API: loss %.4g -> %.4g in 100 steps (grad norm %.3g, loss scale %g)\n", first, loss,
          stats.grad_norm, stats.loss_scale);

@@ -8,11 +8,13 @@
 #include <kopt/mpi_communicator.hpp>
 
 #include "../hybrid_world.hpp"
+#include "../test_support.hpp"
 #include "world.hpp"
 
 namespace {
 
 using kopt::DType;
+using kopt_test::expect_error;
 using kopt_test::HybridWorld;
 using kopt_test::ParamDef;
 
@@ -221,6 +223,18 @@ TEST(Sharded, PreShardedParamsMatchTheUnshardedRun) {
       model.set_grad(j, g);
     }
     EXPECT_EQ(one.step().skipped, zero.step().skipped);
+    // A rebind keeps the piece where it was: its state is keyed by where it sits. One that
+    // moves it (a re-cut) is refused on this rank, naming both, and changes nothing.
+    const kopt::Tensor p = model.part_p[0].tensor(), g = model.part_g[0].tensor();
+    const std::int64_t n = model.sizes[0], lo = model.lo[0], len = model.len[0];
+    const std::int64_t elsewhere = lo > 0 ? lo - 1 : lo + len < n ? lo + 1 : -1;
+    if (elsewhere >= 0)  // not where one rank holds it all
+      expect_error<kopt::ShapeMismatch>(
+          [&] { zero.rebind("w0", p.shard_of(n, elsewhere), g.shard_of(n, lo)); },
+          "(elements " + std::to_string(lo) + ".. of 1001), not");
+    expect_error<kopt::ShapeMismatch>([&] { zero.rebind("w0", p.shard_of(n + 1, lo), g); },
+                                      "of 1002)");
+    zero.rebind("w0", p.shard_of(n, lo), g.shard_of(n, lo));  // the same place: fine
   }
   model.expect_parts_match();
 }

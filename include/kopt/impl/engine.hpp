@@ -9,6 +9,7 @@
 #include <kopt/fused_optimizer.hpp>
 #include <kopt/impl/state_arrays.hpp>
 #include <kopt/offload_options.hpp>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -54,6 +55,9 @@ class Engine {
   virtual void fence() = 0;
   virtual std::int64_t step_count(const std::string& name) const = 0;
   virtual std::size_t state_bytes() const = 0;
+  /// Adds what it keeps allocated besides its state to `bytes`, per execution space name
+  /// whose memory holds it (HybridOptimizer::workspace_bytes).
+  virtual void add_workspace_bytes(std::map<std::string, std::size_t>& bytes) const = 0;
   /// Copies a span of the state of `name` to the host (FusedAdam::read_state: a max the
   /// engine does not keep reads as zeros, an f32 param has no master, a master still to be
   /// reconciled reads as its next update would take it). Blocks.
@@ -153,6 +157,9 @@ class EngineFor final : public Engine {
   void fence() override { Impl::fence(opt_.exec(), "kopt::HybridOptimizer::fence"); }
   std::int64_t step_count(const std::string& name) const override { return opt_.step_count(name); }
   std::size_t state_bytes() const override { return opt_.state_bytes(); }
+  void add_workspace_bytes(std::map<std::string, std::size_t>& bytes) const override {
+    bytes[ExecSpace::name()] += opt_.workspace_bytes();
+  }
   void keep_state_arrays(unsigned arrays) override { opt_.keep_state_arrays(arrays); }
   unsigned held_state_arrays() const override { return opt_.held_state_arrays(); }
   const char* space_name() const override { return ExecSpace::name(); }

@@ -13,6 +13,7 @@
 #include <kopt/error.hpp>
 #include <kopt/impl/loaded_ties.hpp>
 #include <kopt/impl/param_registry.hpp>
+#include <kopt/impl/plan_stamp.hpp>
 #include <kopt/impl/state_arrays.hpp>
 #include <kopt/impl/update_kernel.hpp>
 #include <kopt/state_storage.hpp>
@@ -21,69 +22,6 @@
 #include <vector>
 
 namespace kopt::Impl {
-
-/// What picks a param's compiled update: its dtypes and its group's form of the update.
-struct ClassKey {
-  DType param, grad;
-  int variant;
-  bool operator==(const ClassKey&) const = default;
-};
-
-/// The kernel class of every entry this step: signature[i] is its key's index in `keys` + 1,
-/// or 0 for an entry without a grad (skipped); keys in order of first appearance.
-/// `on_updated(i)` is called for each entry with a grad, in the same pass (checks an engine
-/// makes per updated entry cost no second pass over every entry).
-template <class Policy, class OnUpdated = void (*)(std::size_t)>
-void classify_entries(
-    const ParamRegistry& registry, std::vector<int>& signature, std::vector<ClassKey>& keys,
-    OnUpdated&& on_updated = [](std::size_t) {}) {
-  signature.assign(registry.size(), 0);
-  keys.clear();
-  for (std::size_t i = 0; i < registry.size(); ++i) {
-    const ParamEntry& e = registry[i];
-    if (e.grad.data == nullptr) continue;
-    on_updated(i);
-    const ClassKey key{
-        e.param.dtype, e.grad.dtype,
-        Policy::variant(std::get<typename Policy::Config>(registry.config(e.group)))};
-    const auto it = std::find(keys.begin(), keys.end(), key);
-    signature[i] = static_cast<int>(it - keys.begin()) + 1;
-    if (it == keys.end()) keys.push_back(key);
-  }
-}
-
-/// What an engine's step plan (chunk tables, slots, classes) was built for: the registry's
-/// version (bumped by every add, rebind, dtype or group change) and each group's policy
-/// variant (a config change may pick another compiled update without touching the
-/// registry). A plan is reused while both hold; both engines keep one.
-template <class Policy>
-class PlanStamp {
- public:
-  bool current(const ParamRegistry& registry) const {
-    if (!valid_ || version_ != registry.version() || variants_.size() != registry.num_groups())
-      return false;
-    for (std::size_t g = 0; g < registry.num_groups(); ++g)
-      if (variant_of(registry, g) != variants_[g]) return false;
-    return true;
-  }
-  /// Called once a plan is built for the registry as it is now.
-  void take(const ParamRegistry& registry) {
-    variants_.resize(registry.num_groups());
-    for (std::size_t g = 0; g < registry.num_groups(); ++g) variants_[g] = variant_of(registry, g);
-    version_ = registry.version();
-    valid_ = true;
-  }
-  /// The next step plans again (arrays moved, masters to sync, a build that failed).
-  void clear() { valid_ = false; }
-
- private:
-  static int variant_of(const ParamRegistry& registry, std::size_t g) {
-    return Policy::variant(std::get<typename Policy::Config>(registry.config(g)));
-  }
-  bool valid_ = false;
-  std::uint64_t version_ = 0;
-  std::vector<int> variants_;
-};
 
 /// Which params have an fp32 master, and where: the local engine keeps one per 16-bit param
 /// (ParamEntry::master_offset; an f32 param is its own master), the offload engine one per
@@ -117,6 +55,9 @@ class EngineState {
                     label_ << ": StateStorage stores " << Policy::name << "'s "
                            << Policy::array_names[k]
                            << " as q8, which only Adam's moments take (blockwise 8-bit)");
+    KOPT_THROW_IF(storage_.arrays == DType::q8 && !takes_q8,  // also where it has no arrays
+                  label_ << ": StateStorage stores " << Policy::name
+                         << "'s state arrays as q8, which only Adam's moments take");
   }
   /// Refuses a param whose master this storage cannot keep, naming it: remainders and
   /// stochastic rounding are of bf16 params; an f32 param is its own master where masters
@@ -263,134 +204,13 @@ class EngineState {
   /// FusedOptimizer::read_state). Work enqueued on `exec` is waited for first.
   template <class Exec>
   void read(const Exec& exec, const ParamRegistry& registry, std::size_t i, std::int64_t offset,
-            std::int64_t count, const StateArrays<float>& out) const {
-    fence(exec, label_ + "::read_state");  // updates enqueued before
-    const ParamEntry& e = registry[i];
-    const auto n = static_cast<std::size_t>(count);
-    const auto get = [&](const FloatView& from, std::int64_t at, float* to) {
-      if (to == nullptr || n == 0) return;
-      if (from.extent(0) == 0) {  // an array no group uses yet: the zeros it starts from
-        std::fill(to, to + n, 0.0f);
-        return;
-      }
-      const auto first = static_cast<std::size_t>(at + offset);
-      Kokkos::deep_copy(HostFloats(to, n), Kokkos::subview(from, std::make_pair(first, first + n)));
-    };
-    // A 16-bit array's elements, widened (zeros while it is not allocated).
-    const auto get_narrow = [&](const auto& from, float* to) {
-      using T = typename std::decay_t<decltype(from)>::non_const_value_type;
-      if (to == nullptr || n == 0) return;
-      std::vector<T> narrow(n);
-      if (from.extent(0) > 0) {
-        const auto first = static_cast<std::size_t>(e.state_offset + offset);
-        Kokkos::deep_copy(HostView<T>(narrow.data(), n),
-                          Kokkos::subview(from, std::make_pair(first, first + n)));
-      }
-      for (std::size_t j = 0; j < n; ++j) to[j] = to_float(narrow[j]);
-    };
-    for (std::size_t k = 0; k < arrays_.size(); ++k) {
-      if (dtype(k) == DType::bf16)
-        get_narrow(bf16_[k], out[k]);
-      else if (dtype(k) == DType::f16)
-        get_narrow(f16_[k], out[k]);
-      else if (dtype(k) == DType::q8 && out[k] != nullptr && n > 0)
-        Q8Span(q8_[k], e.state_offset, offset, count, root(k)).download().decode(out[k]);
-      else
-        get(arrays_[k], e.state_offset, out[k]);
-    }
-    float* const master = out[kMaster];
-    if (master == nullptr || n == 0 || e.param.dtype == DType::f32) return;
-    const std::int64_t m = master_at(e);
-    const bool none = storage_.master == MasterStorage::none;
-    if (m < 0 && !none) return;
-    if (master_copies()) get(master_, m, master);
-    if (!registry.sync_master(i) && master_copies()) return;
-    // What the next update would start from, computed on a host copy of the param: the
-    // engine's own master changes only then, so weights written after this still count.
-    const std::size_t width = size_of(e.param.dtype);
-    std::vector<unsigned char> param(n * width);
-    copy_bytes(param.data(), MemorySpace::host,
-               static_cast<const unsigned char*>(e.param.data) + offset * width, e.param.space,
-               param.size());
-    if (remainders()) {  // the param and its remainder, joined
-      std::vector<std::uint16_t> low(n);
-      const auto first = static_cast<std::size_t>(m + offset);
-      Kokkos::deep_copy(HostRemainders(low.data(), n),
-                        Kokkos::subview(remainder_, std::make_pair(first, first + n)));
-      const auto* high = reinterpret_cast<const bfloat16*>(param.data());
-      for (std::size_t k = 0; k < n; ++k) master[k] = join_master(high[k], low[k]);
-      for (const LoadedTies::Tie& t : ties_.of(i))  // as settle_ties() will take them
-        if (t.element >= offset && t.element - offset < count &&
-            LoadedTies::takes(high[t.element - offset], t.master))
-          master[t.element - offset] = t.master;
-      return;
-    }
-    visit_update_dtype(e.param.dtype, [&](auto param_type) {
-      using ParamT = decltype(param_type);
-      if constexpr (!std::is_same_v<ParamT, float>) {
-        const auto* p = reinterpret_cast<const ParamT*>(param.data());
-        const SyncSpanFunctor<ParamT> sync{p, master, master};
-        const WidenSpanFunctor<ParamT> widen{p, master};  // none: the param is the master
-        for (std::size_t k = 0; k < n; ++k)
-          none ? widen(static_cast<std::int64_t>(k)) : sync(static_cast<std::int64_t>(k));
-      }
-    });
-  }
-
+            std::int64_t count, const StateArrays<float>& out) const;
   /// Overwrites elements [offset, offset + count) of entry i's state from host arrays (null,
   /// an array no group uses, an f32 param's master, any master under MasterStorage::none,
   /// whose params are all there is: left alone). Blocks.
   template <class Exec>
   void write(const Exec& exec, const ParamRegistry& registry, std::size_t i, std::int64_t offset,
-             std::int64_t count, const StateArrays<const float>& in) {
-    const ParamEntry& e = registry[i];
-    const auto n = static_cast<std::size_t>(count);
-    const auto put = [&](const FloatView& to, std::int64_t at, const float* from) {
-      if (from == nullptr || to.extent(0) == 0 || n == 0) return;
-      const auto first = static_cast<std::size_t>(at + offset);
-      Kokkos::deep_copy(exec, Kokkos::subview(to, std::make_pair(first, first + n)),
-                        ConstHostFloats(from, n));
-    };
-    // A 16-bit array's elements, rounded to nearest even.
-    const auto put_narrow = [&](const auto& to, const float* from) {
-      using T = typename std::decay_t<decltype(to)>::non_const_value_type;
-      if (from == nullptr || to.extent(0) == 0 || n == 0) return;
-      std::vector<T> narrow(n);
-      for (std::size_t j = 0; j < n; ++j) narrow[j] = from_float<T>(from[j]);
-      const auto first = static_cast<std::size_t>(e.state_offset + offset);
-      Kokkos::deep_copy(exec, Kokkos::subview(to, std::make_pair(first, first + n)),
-                        HostView<const T>(narrow.data(), n));
-      fence(exec, label_ + "::write_state");  // `narrow` dies here
-    };
-    for (std::size_t k = 0; k < arrays_.size(); ++k) {
-      if (dtype(k) == DType::bf16)
-        put_narrow(bf16_[k], in[k]);
-      else if (dtype(k) == DType::f16)
-        put_narrow(f16_[k], in[k]);
-      else if (dtype(k) == DType::q8 && in[k] != nullptr && q8_[k].extent(0) > 0 && n > 0)
-        Q8Span(q8_[k], e.state_offset, offset, count, root(k))
-            .download()
-            .encode(in[k], e.param.numel)
-            .upload(exec);
-      else
-        put(arrays_[k], e.state_offset, in[k]);
-    }
-    const std::int64_t m = master_at(e);
-    if (m >= 0 && !remainders()) put(master_, m, in[kMaster]);
-    if (m >= 0 && remainders() && in[kMaster] != nullptr && n > 0) {
-      // Only the master's remainder is kept: the param holds the rest once the weights saved
-      // with it are loaded, before or after this (other weights move the master with them).
-      // Weights saved beside an fp32 master round odd ties to even (loaded_ties.hpp).
-      ties_.note(i, offset, count, in[kMaster]);
-      std::vector<std::uint16_t> low(n);
-      for (std::size_t k = 0; k < n; ++k) low[k] = split_remainder(in[kMaster][k]);
-      const auto first = static_cast<std::size_t>(m + offset);
-      Kokkos::deep_copy(exec, Kokkos::subview(remainder_, std::make_pair(first, first + n)),
-                        ConstHostRemainders(low.data(), n));
-      fence(exec, label_ + "::write_state");  // `low` dies here
-    }
-    fence(exec, label_ + "::write_state");  // the host arrays may die right after
-  }
+             std::int64_t count, const StateArrays<const float>& in);
 
   /// After write() of every span: the step count of `name` (in [0, max_step_count]), and its
   /// master flagged to be reconciled with the param at its next update.
@@ -442,64 +262,6 @@ class EngineState {
                                                               : arrays_[k].extent(0));
   }
 
-  /// The q8 blocks covering elements [offset, offset + count) of a param whose state starts
-  /// at element `first` of a q8 array, copied to the host to be decoded or re-encoded.
-  struct Q8Span {
-    const Q8View& array;
-    std::size_t begin, end;            ///< bytes of whole blocks in `array`
-    std::int64_t offset, count, skip;  ///< skip: elements of the first block before offset
-    bool root;
-    std::vector<unsigned char> bytes;
-    Q8Span(const Q8View& a, std::int64_t first, std::int64_t offset_, std::int64_t count_, bool r)
-        : array(a), offset(offset_), count(count_), skip(offset_ % q8_block), root(r) {
-      const std::int64_t from = (first + offset) / q8_block,
-                         to = (first + offset + count + q8_block - 1) / q8_block;
-      begin = static_cast<std::size_t>(from * q8_block_bytes);
-      end = static_cast<std::size_t>(to * q8_block_bytes);
-    }
-    Q8Span& download() {
-      bytes.resize(end - begin);
-      if (array.extent(0) > 0)  // else the zeros an unallocated array starts from
-        Kokkos::deep_copy(HostView<unsigned char>(bytes.data(), bytes.size()),
-                          Kokkos::subview(array, std::make_pair(begin, end)));
-      return *this;
-    }
-    /// out[j] = element offset + j.
-    void decode(float* out) const {
-      float block[q8_block];
-      for (std::size_t b = 0; b * q8_block_bytes < bytes.size(); ++b) {
-        q8_decode_run(root, bytes.data() + b * q8_block_bytes, block, q8_block);
-        for (int j = 0; j < q8_block; ++j) {
-          const std::int64_t at = static_cast<std::int64_t>(b) * q8_block + j - skip;
-          if (at >= 0 && at < count) out[at] = block[j];
-        }
-      }
-    }
-    /// Elements [offset, offset + count) = in[j], each block they touch encoded again (the
-    /// rest of a block as it was, decoded; nothing past the param's `numel` elements).
-    Q8Span& encode(const float* in, std::int64_t numel) {
-      float block[q8_block];
-      for (std::size_t b = 0; b * q8_block_bytes < bytes.size(); ++b) {
-        unsigned char* at_block = bytes.data() + b * q8_block_bytes;
-        q8_decode_run(root, at_block, block, q8_block);
-        const std::int64_t first = offset - skip + static_cast<std::int64_t>(b) * q8_block;
-        for (int j = 0; j < q8_block; ++j) {
-          const std::int64_t at = first + j - offset;
-          if (at >= 0 && at < count) block[j] = in[at];
-        }
-        const std::int64_t n = numel - first < q8_block ? numel - first : q8_block;
-        q8_encode_run(root, block, at_block, static_cast<int>(n));
-      }
-      return *this;
-    }
-    template <class Exec>
-    void upload(const Exec& exec) {
-      Kokkos::deep_copy(exec, Kokkos::subview(array, std::make_pair(begin, end)),
-                        HostView<const unsigned char>(bytes.data(), bytes.size()));
-      fence(exec, "kopt::EngineState::write_state");  // `bytes` dies after this
-    }
-  };
-
   std::string label_;
   Masters masters_;
   StateStorage storage_;
@@ -514,3 +276,5 @@ class EngineState {
 };
 
 }  // namespace kopt::Impl
+
+#include <kopt/impl/engine_state_io_def.hpp>

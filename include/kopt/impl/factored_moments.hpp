@@ -100,6 +100,8 @@ struct FactoredWork {
     sums = s, sums_host = h, column_parts = c, lane_parts = l, divisor = d;
   }
 
+  std::size_t bytes() const { return view_bytes(sums, column_parts, lane_parts, divisor); }
+
   /// sums(0..n) to the host, once the passes that wrote them (on ExecSpace's default
   /// instance) are done: a step's one round trip per param. Blocks.
   void fetch(std::int64_t n) const {

@@ -142,4 +142,15 @@ std::size_t FusedOptimizer<ExecSpace, Policy>::state_bytes() const {
   return state_.bytes() + stage_.state_bytes();
 }
 
+template <class ExecSpace, class Policy>
+std::size_t FusedOptimizer<ExecSpace, Policy>::workspace_bytes() const {
+  std::size_t bytes = Impl::view_bytes(slots_, scalars_, row_steps_) + norms_.workspace_bytes() +
+                      rates_.workspace_bytes() + stage_.workspace_bytes();
+  for (const KernelClass& c : classes_)  // runs are the chunks themselves where none join
+    bytes += Impl::view_bytes(c.chunks) +
+             (c.runs.data() == c.chunks.data() ? 0 : Impl::view_bytes(c.runs));
+  for (const SyncTable& t : sync_tables_) bytes += Impl::view_bytes(t.chunks);
+  return bytes;
+}
+
 }  // namespace kopt

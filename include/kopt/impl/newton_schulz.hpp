@@ -55,6 +55,7 @@ struct NewtonSchulzWork {
   }
   /// Grows the scratch to fit the matrix `p`.
   void reserve(const std::string& label, const Tensor& p) { reserve(label, p.rows, p.cols); }
+  std::size_t bytes() const { return view_bytes(next, gram, row_sums); }
 };
 
 namespace detail {

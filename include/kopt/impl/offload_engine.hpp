@@ -71,6 +71,11 @@ class OffloadEngine final : public Engine {
     return registry_.step(registry_.index_of(name));
   }
   std::size_t state_bytes() const override;
+  /// The staging buffers and copy lists (host), the grad norm's tables (device).
+  void add_workspace_bytes(std::map<std::string, std::size_t>& bytes) const override {
+    bytes[HostExec::name()] += view_bytes(staging_, copy_ops_);
+    bytes[DeviceExec::name()] += view_bytes(device_slots_) + norms_.workspace_bytes();
+  }
   void keep_state_arrays(unsigned arrays) override { registry_.hold_arrays(arrays); }
   unsigned held_state_arrays() const override { return state_.held(); }
   void read_state(const std::string& name, const StateSpan<float>& out) override;

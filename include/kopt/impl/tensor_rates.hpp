@@ -20,6 +20,7 @@ class TensorRates {
   void plan(const ExecSpace&, const std::string&, const std::vector<std::vector<Chunk>>&,
             const std::vector<ClassKey>&, std::size_t) {}
   Kokkos::View<const float*, memory_space> rates() const { return {}; }
+  std::size_t workspace_bytes() const { return 0; }
 };
 
 template <class ExecSpace, class Policy>
@@ -125,6 +126,13 @@ class TensorRates<ExecSpace, Policy, true> {
   }
 
   Kokkos::View<const float*, memory_space> rates() const { return rates_; }
+  /// Bytes of its sums (devices: each block's, 1 byte per element for LAMB's two) and rates.
+  std::size_t workspace_bytes() const {
+    std::size_t bytes = view_bytes(rates_);
+    for (const ClassSums& cs : classes_)
+      bytes += view_bytes(cs.sums, cs.block_sums, cs.runs, cs.run_sums);
+    return bytes;
+  }
   /// Entry i's rate as set_rates() set it (a tensor stage's input).
   float host_rate(std::size_t i) const { return rates_host_(i); }
 

@@ -81,6 +81,7 @@ class TensorStage {
             const std::vector<std::size_t>&, const Slots&) {}
   std::int64_t state_size(std::size_t) const { return 0; }
   std::size_t state_bytes() const { return 0; }
+  std::size_t workspace_bytes() const { return 0; }
 };
 
 template <class ExecSpace, class Policy>
@@ -204,6 +205,12 @@ class TensorStage<ExecSpace, Policy, true> {
     std::size_t n = 0;
     for (const auto& s : states_) n += s.extent(0) * sizeof(float);
     return n;
+  }
+  /// Bytes of everything else it keeps in memory_space: the workspace (Muon's directions,
+  /// Adafactor's factors), the policy's scratch (Newton-Schulz products, partial sums), the
+  /// passes' slots and the rates.
+  std::size_t workspace_bytes() const {
+    return view_bytes(directions_, first_, second_, rates_) + work_.bytes();
   }
   /// Entry i's per-param state, copied to or from `host` (state_size(i) floats). Blocks.
   void read_state(const ExecSpace& exec, std::size_t i, float* host) const {
