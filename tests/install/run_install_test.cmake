@@ -8,12 +8,13 @@ function(run)
   message(STATUS "${out}")
 endfunction()
 
-# `project` configured in build directory `build` with `prefixes` must fail, its output
-# matching `expected`.
+# `project` configured in build directory `build` with `prefixes` (and any further
+# arguments) must fail, its output matching `expected`.
 function(expect_refused project build prefixes expected)
   execute_process(COMMAND ${CMAKE_COMMAND} -S ${CMAKE_CURRENT_LIST_DIR}/${project}
                           -B ${CONSUMER_BUILD}/${build} -G ${GENERATOR} ${toolchain}
                           -DCMAKE_CXX_COMPILER=${CXX_COMPILER} "-DCMAKE_PREFIX_PATH=${prefixes}"
+                          ${ARGN}
                   RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
   string(REGEX REPLACE "[ \n]+" " " flat "${out}")  # CMake wraps long messages
   if(rc EQUAL 0 OR NOT flat MATCHES "${expected}")
@@ -79,3 +80,35 @@ else()
   list(APPEND other_backends CUDA)
 endif()
 other_kokkos(kokkos_backends ${KOKKOS_VERSION} "${other_backends}")
+# A backend kopt does not run on, beside its own: the whole set is compared, not kopt's three.
+other_kokkos(kokkos_hip ${KOKKOS_VERSION} "${KOPT_BACKENDS};HIP")
+
+# Kokkos Kernels of another version (its gemm templates reach the consumer's code too).
+set(dir ${CONSUMER_BUILD}/kokkos_kernels_version/lib/cmake/KokkosKernels)
+file(WRITE ${dir}/KokkosKernelsConfigVersion.cmake
+     "set(PACKAGE_VERSION 9.9.9)\nset(PACKAGE_VERSION_COMPATIBLE TRUE)\n")
+file(WRITE ${dir}/KokkosKernelsConfig.cmake "")
+expect_refused(consumer kokkos_kernels_version-build
+               "${CONSUMER_BUILD}/kokkos_kernels_version;${prefixes}"
+               "kopt was built against Kokkos Kernels .* is 9.9.9:")
+
+# Kokkos and Kokkos Kernels found where kopt was built, with kopt's prefix alone given.
+run(${CMAKE_COMMAND} -S ${CONSUMER_SOURCE} -B ${CONSUMER_BUILD}/kopt_prefix_alone -G ${GENERATOR}
+    ${toolchain} -DCMAKE_CXX_COMPILER=${CXX_COMPILER} -DCMAKE_PREFIX_PATH=${PREFIX})
+
+# Components: each one kopt has is found where it was built, and refused naming why where
+# not; one it does not have is refused naming those it has.
+expect_refused(consumer component_unknown "${prefixes}"
+               "kopt has no component 'foo' \\(its components: fortran, mpi\\)"
+               -DKOPT_COMPONENTS=foo)
+foreach(component fortran mpi)
+  if(component STREQUAL "fortran" AND FORTRAN_SOURCE OR component STREQUAL "mpi" AND ENABLE_MPI)
+    run(${CMAKE_COMMAND} -S ${CONSUMER_SOURCE} -B ${CONSUMER_BUILD}/component_${component}
+        -G ${GENERATOR} ${toolchain} -DCMAKE_CXX_COMPILER=${CXX_COMPILER}
+        "-DCMAKE_PREFIX_PATH=${escaped}" -DKOPT_COMPONENTS=${component})
+  else()
+    expect_refused(consumer component_${component} "${prefixes}"
+                   "kopt was built without its ${component} component"
+                   -DKOPT_COMPONENTS=${component})
+  endif()
+endforeach()

@@ -9,8 +9,9 @@ from spack.package import *
 
 
 class Kopt(CMakePackage, CudaPackage):
-    """Fused Adam/AdamW optimizers written once with Kokkos; kopt runs on every execution
-    space its Kokkos enables (Serial, OpenMP, CUDA)."""
+    """Fused optimizers (Adam/AdamW, SGD, Lion, Adagrad, LAMB, Adafactor, Muon) written once
+    with Kokkos; kopt runs on every execution space its Kokkos enables (Serial, OpenMP,
+    CUDA)."""
 
     # Placeholder: kopt has no public home yet. Point Spack at the real repository with
     #   packages: {kopt: {package_attributes: {git: <url>}}}   in packages.yaml,
