@@ -153,9 +153,9 @@ class HybridOptimizer {
   /// Adafactor's row and column factors), LAMB's block sums on devices (1 byte per
   /// element), the offload pipeline's staging buffers (host: staging_buffers x
   /// chunk_elements x 8 bytes per offload engine, one per param dtype, algorithm and state
-  /// storage among the offloaded groups). Sized by the first step
-  /// (prepare_step) and by steps that need more; never shrunk. With state_bytes(), what a
-  /// training code budgets for the optimizer.
+  /// storage among the offloaded groups). Sized by the first step (prepare_step) and by
+  /// steps that need more; never shrunk. With state_bytes(), what a training code budgets
+  /// for the optimizer.
   std::map<std::string, std::size_t> workspace_bytes() const;
   /// Whether the state of `name` lives in host memory and is updated by the offload
   /// pipeline (its group is StatePlacement::host, or OffloadOptions selected it).
