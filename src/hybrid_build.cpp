@@ -7,6 +7,7 @@
 #include <kopt/hybrid_optimizer.hpp>
 #include <kopt/impl/block_q8.hpp>
 #include <kopt/impl/engine.hpp>
+#include <kopt/impl/param_overlaps.hpp>
 #include <kopt/impl/param_registry.hpp>
 #include <kopt/impl/rank_agreement.hpp>
 #include <kopt/impl/shard_plan.hpp>
@@ -229,6 +230,11 @@ void HybridOptimizer::build_() {
     engine_params_[e].push_back(ordinal);
     where_.emplace(p.name, Placement{e, item.group, item.offloaded, ordinal});
   }
+  // Last, so that a param's own faults (its size, dtype, space) are named first.
+  std::vector<Impl::NamedBuffers> buffers;
+  for (const Pending& item : pending)
+    buffers.push_back({&item.spec->name, item.spec->param, item.spec->grad});
+  Impl::check_no_overlaps(buffers, "kopt::HybridOptimizer");
   steps_.assign(pending.size(), 0);
   for (std::size_t i = 0; i < shards_->size(); ++i) null_grads_ += shards_->grad(i).is_null();
   held_arrays_.assign(groups_.size(), 0);

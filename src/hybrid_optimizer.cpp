@@ -4,6 +4,7 @@
 #include <kopt/hybrid_optimizer.hpp>
 #include <kopt/impl/engine.hpp>
 #include <kopt/impl/norm_parts.hpp>
+#include <kopt/impl/param_overlaps.hpp>
 #include <kopt/impl/profiling.hpp>
 #include <kopt/impl/rank_agreement.hpp>
 #include <kopt/impl/shard_plan.hpp>
@@ -68,6 +69,7 @@ std::vector<std::string> HybridOptimizer::Group::names() const {
 }
 
 HybridOptimizer::Group HybridOptimizer::group(std::size_t i) {
+  check_alive_("group");
   KOPT_THROW_IF(i >= groups_.size(), "kopt::HybridOptimizer: group " << i << " does not exist ("
                                                                      << groups_.size()
                                                                      << " groups)");
@@ -75,6 +77,7 @@ HybridOptimizer::Group HybridOptimizer::group(std::size_t i) {
 }
 
 const HybridOptimizer::Placement& HybridOptimizer::find_(const std::string& name) const {
+  if (!alive_.yes) check_alive_(("call naming '" + name + "'").c_str());
   const auto it = where_.find(name);
   KOPT_THROW_IF(it == where_.end(), "kopt::HybridOptimizer: no parameter named '" << name << "'");
   return it->second;
@@ -135,6 +138,11 @@ StepStats HybridOptimizer::step() {
     if (!std::isfinite(sum_sq)) return skip_(stats);  // an Inf or NaN somewhere
     if (options_.max_grad_norm)
       stats.clip_factor = std::min(1.0, *options_.max_grad_norm / (stats.grad_norm + 1e-6));
+    // A loss scale below 1 may unscale a finite grad past fp32's range, where torch's
+    // GradScaler (unscaling in fp32) finds an Inf and skips: so does kopt, when the norm of
+    // the unscaled, clipped grads is past it (every element is at most the norm).
+    if (scaler_ && !(stats.grad_norm * stats.clip_factor <= std::numeric_limits<float>::max()))
+      return skip_(stats);
   }
   const double grad_scale = stats.clip_factor / scale;  // unscale and clip, fused
   // The kernels take the factor as a float: a loss scale so small that 1 / scale overflows
@@ -202,6 +210,8 @@ void HybridOptimizer::set_grad(const std::string& name, const Tensor& grad) {
   // The whole grad is checked on every rank; the engine gets (and checks) this rank's piece.
   const Tensor param = shards_->param(at.ordinal);
   shards_->check(at.ordinal, param, grad);
+  // Against its own param only: against every param it would cost O(params) per call.
+  Impl::check_no_overlaps_with({&name, param, grad}, {}, "kopt::HybridOptimizer::set_grad");
   if (at.engine != kNone)
     engines_[at.engine]->set_grad(name, shards_->local_grad(at.ordinal, grad));
   set_shard_(at.ordinal, param, grad);
@@ -216,6 +226,15 @@ void HybridOptimizer::set_shard_(std::size_t ordinal, const Tensor& param, const
 void HybridOptimizer::rebind(const std::string& name, const Tensor& param, const Tensor& grad) {
   const Placement& at = find_(name);
   shards_->check(at.ordinal, param, grad);
+  // Memory of the param's size and dtype only: the engine names any other fault first.
+  const Tensor& now = shards_->param(at.ordinal);
+  if (param.numel == now.numel && param.dtype == now.dtype &&
+      (grad.is_null() || grad.numel == now.numel)) {
+    std::vector<Impl::NamedBuffers> others;  // O(params): rebind is not a per-step call
+    for (const auto& [other, where] : where_)
+      others.push_back({&other, shards_->param(where.ordinal), shards_->grad(where.ordinal)});
+    Impl::check_no_overlaps_with({&name, param, grad}, others, "kopt::HybridOptimizer::rebind");
+  }
   if (at.engine != kNone) {
     Impl::Engine& engine = *engines_[at.engine];
     const std::string space = Impl::engine_space_for(param.space);
@@ -236,7 +255,10 @@ void HybridOptimizer::reload_model_params() {
   for (const auto& engine : engines_) engine->fence();
 }
 
-double HybridOptimizer::loss_scale() const { return scaler_ ? scaler_->scale() : 1.0; }
+double HybridOptimizer::loss_scale() const {
+  check_alive_("loss_scale");
+  return scaler_ ? scaler_->scale() : 1.0;
+}
 
 std::int64_t HybridOptimizer::step_count(const std::string& name) const {
   const Placement& at = find_(name);

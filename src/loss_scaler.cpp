@@ -23,13 +23,17 @@ LossScaler::LossScaler(const LossScalerOptions& options)
 }
 
 void LossScaler::update(bool grads_finite) {
+  // The scale stays finite and > 0 (a backoff to 0 or a growth to Inf is not taken): a
+  // checkpoint of it must load, and a zero scale would zero every grad.
   if (!grads_finite) {
-    scale_ *= options_.backoff_factor;
+    const double backed_off = scale_ * options_.backoff_factor;
+    if (backed_off > 0) scale_ = backed_off;
     tracker_ = 0;
     return;
   }
   if (++tracker_ == options_.growth_interval) {
-    scale_ *= options_.growth_factor;
+    const double grown = scale_ * options_.growth_factor;
+    if (std::isfinite(grown)) scale_ = grown;
     tracker_ = 0;
   }
 }

@@ -158,7 +158,7 @@ TEST(AlgorithmsBadConfig, EveryInvalidFieldIsNamedByValidateParamGroupAndEngine)
 // by the engine and by the optimizer, naming it; so is an offloaded Muon group (not yet
 // run), each before anything exists.
 TEST(AlgorithmsBadConfig, MuonParamsWithoutShapeOrOffloadedAreRefusedNamingThem) {
-  std::vector<float> w(12, 0.5f), g(12, 0.1f);
+  std::vector<float> w(12, 0.5f), g(12, 0.1f), bias(2, 0.5f);
   const auto weight = kopt::Tensor::from(w.data(), 12);
   const auto grad = kopt::Tensor::from(g.data(), 12);
   using Engine = kopt::FusedOptimizer<Kokkos::DefaultHostExecutionSpace, kopt::Impl::MuonPolicy>;
@@ -170,7 +170,7 @@ TEST(AlgorithmsBadConfig, MuonParamsWithoutShapeOrOffloadedAreRefusedNamingThem)
   EXPECT_EQ(engine.size(), 0u);
   const auto groups = [&](kopt::StatePlacement placement, const kopt::Tensor& p) {
     kopt::ParamGroup adam(kopt::AdamConfig{});
-    adam.add("bias", kopt::Tensor::from(w.data(), 2), kopt::Tensor::from(g.data(), 2));
+    adam.add("bias", kopt::Tensor::from(bias.data(), 2), kopt::Tensor::from(g.data(), 2));
     kopt::ParamGroup muon(kopt::MuonConfig{}, placement);
     muon.add("layer.weight", p, grad);
     return std::vector<kopt::ParamGroup>{adam, muon};
@@ -280,10 +280,10 @@ TEST(AlgorithmsBadConfig, TensorMatrixShapeIsCheckedAndDroppedWherePiecesAreTake
 // params in pieces) is refused when the optimizer is built, naming the group, the parameter
 // and why, and so is a pre-sharded piece whose blocks would not be the whole tensor's.
 TEST(AlgorithmsBadConfig, LambOffloadedOrMisalignedPieceIsRefusedNamingTheParam) {
-  std::vector<float> w(8, 0.5f), g(8, 0.1f);
+  std::vector<float> w(8, 0.5f), g(8, 0.1f), bias(2, 0.5f);
   const auto groups = [&](kopt::StatePlacement placement) {
     kopt::ParamGroup adam(kopt::AdamConfig{});
-    adam.add("bias", kopt::Tensor::from(w.data(), 2), kopt::Tensor::from(g.data(), 2));
+    adam.add("bias", kopt::Tensor::from(bias.data(), 2), kopt::Tensor::from(g.data(), 2));
     kopt::ParamGroup lamb(kopt::LambConfig{}, placement);
     lamb.add("layer.weight", kopt::Tensor::from(w.data() + 2, 6), kopt::Tensor::from(g.data(), 6));
     return std::vector<kopt::ParamGroup>{adam, lamb};

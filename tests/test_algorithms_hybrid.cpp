@@ -357,4 +357,30 @@ TEST(AlgorithmsHybrid, AnArrayTheFileDoesNotHoldLoadsAsZeros) {
   }
 }
 
+// SGD's buffer starts in a param's first step (b = g); a group whose momentum is raised from
+// 0 only later starts from the zeros it holds, b = (1 - dampening) g, where torch starts at
+// b = g (README, Algorithms): the same with dampening 0. One element, p = 1, g = 1, lr 1.
+TEST(SgdMomentum, RaisedFromZeroLaterStartsFromZeroAsDocumented) {
+  for (const bool offloaded : {false, true}) {
+    for (const double dampening : {0.5, 0.0}) {
+      SCOPED_TRACE(std::string(offloaded ? "offloaded" : "local") + ", dampening " +
+                   std::to_string(dampening));
+      std::vector<float> p{1.0f}, g{1.0f};
+      kopt::ParamGroup group(
+          kopt::SgdConfig{.lr = 1.0, .dampening = dampening},
+          offloaded ? kopt::StatePlacement::host : kopt::StatePlacement::with_params);
+      group.add("w", kopt::Tensor::from(p.data(), 1), kopt::Tensor::from(g.data(), 1));
+      kopt::HybridOptimizer opt({group});
+      opt.step();  // momentum 0: p = 1 - 1
+      EXPECT_EQ(p[0], 0.0f);
+      opt.group(0).config<kopt::SgdConfig>().momentum = 0.9;
+      opt.step();  // b = 0.9 x 0 + (1 - dampening) x 1
+      const float b = static_cast<float>(1.0 - dampening);
+      EXPECT_EQ(p[0], -b);
+      opt.step();  // b = 0.9 b + (1 - dampening)
+      EXPECT_FLOAT_EQ(p[0], -b - (0.9f * b + b));
+    }
+  }
+}
+
 }  // namespace

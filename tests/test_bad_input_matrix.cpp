@@ -242,7 +242,7 @@ std::vector<Row> rows() {
        [](M& m) {
          TempDir dir;
          kopt::ParamGroup g;
-         g.add("other", f32(8), f32(8));
+         g.add("other", f32(8), Tensor(scratch.data() + 8, 8, DType::f32));
          kopt::HybridOptimizer other({g});
          other.step();
          other.save(dir.str());

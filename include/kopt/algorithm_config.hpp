@@ -73,8 +73,8 @@ inline std::size_t arrays_kept(const AlgorithmConfig& config) {
 }
 
 /// Whether a group with `config` needs sums over each whole param before its update
-/// (LAMB's trust ratio; the config says `param_sums`). Offloaded and sharded optimizers do
-/// not run such groups yet (the engines that run them hold their params whole).
+/// (LAMB's trust ratio; the config says `param_sums`). Offloaded groups do not run such
+/// groups yet; a sharded optimizer combines each param's sums across the ranks that hold it.
 inline bool needs_param_sums(const AlgorithmConfig& config) {
   return std::visit(
       [](const auto& c) {

@@ -55,7 +55,8 @@ class FusedOptimizer {
 
   /// An engine with one group (index 0) of `config`; validates it. Allocates nothing.
   /// `storage`: how the state is stored (kopt::StateStorage: with MasterStorage::remainder,
-  /// every 16-bit param must be bf16; state arrays of f32 or bf16). Validated.
+  /// every 16-bit param must be bf16; state arrays of f32, bf16 or f16, and q8 for Adam).
+  /// Validated.
   explicit FusedOptimizer(const ExecSpace& exec, const Config& config = Config{},
                           std::string label = "kopt::FusedOptimizer",
                           const StateStorage& storage = {});

@@ -233,7 +233,9 @@ class HybridOptimizer {
     Alive() = default;
     Alive(Alive&& o) noexcept : yes(std::exchange(o.yes, false)) {}
     Alive& operator=(Alive&& o) noexcept {
-      if (this != &o) yes = std::exchange(o.yes, false);
+      // A self-move empties the other members (std::vector's does): moved-from too, so that
+      // step() and save() refuse instead of updating nothing and writing an empty file.
+      yes = this != &o && std::exchange(o.yes, false);
       return *this;
     }
   } alive_;

@@ -60,9 +60,9 @@ typedef struct {
 } kopt_adam_config;
 
 typedef struct {
-  double max_grad_norm; /* clip the global grad norm to this; <= 0: no clipping; NaN refused */
+  double max_grad_norm; /* clip the global grad norm to this; <= 0: no clipping; NaN, Inf refused */
   int32_t loss_scaling; /* 1: dynamic loss scaling (torch GradScaler's defaults); 0: off */
-  double init_scale;    /* with loss_scaling; <= 0: 65536; NaN refused */
+  double init_scale;    /* with loss_scaling; <= 0: 65536; NaN, Inf refused */
 } kopt_options;
 
 typedef struct {
@@ -134,7 +134,10 @@ kopt_status kopt_groups_set_state_dtype(kopt_groups* groups, size_t group, kopt_
 kopt_status kopt_groups_set_array_dtype(kopt_groups* groups, size_t group, const char* array,
                                         kopt_dtype dtype);
 /* A named param of `numel` elements and its grad (NULL: none yet), both in `space`; the
- * param may be NULL only when it has no elements. */
+ * param may be NULL only when it has no elements. kopt copies the name and keeps the
+ * pointers: param and grad buffers (a Fortran c_loc target too) must stay allocated and in
+ * place while an optimizer built from these groups uses them (until kopt_set_grad or
+ * kopt_rebind gives others, or kopt_optimizer_destroy). */
 kopt_status kopt_groups_add_param(kopt_groups* groups, size_t group, const char* name, void* param,
                                   kopt_dtype param_dtype, void* grad, kopt_dtype grad_dtype,
                                   int64_t numel, kopt_memory_space space);
@@ -148,7 +151,8 @@ kopt_status kopt_groups_add_matrix_param(kopt_groups* groups, size_t group, cons
                                          void* param, kopt_dtype param_dtype, void* grad,
                                          kopt_dtype grad_dtype, int64_t rows, int64_t cols,
                                          kopt_memory_space space);
-/* Checks everything, then builds the optimizer; `groups` can be destroyed afterwards. */
+/* Checks everything, then builds the optimizer; `groups` can be destroyed afterwards, or
+ * build further optimizers (each keeps its own state of the same params). */
 kopt_status kopt_optimizer_create(const kopt_groups* groups, const kopt_options* options,
                                   kopt_optimizer** optimizer);
 /* The same, with the state sharded across the ranks of an MPI communicator (ZeRO-1/2, as
@@ -177,7 +181,9 @@ kopt_status kopt_set_group_config(kopt_optimizer* optimizer, size_t group,
                                   const kopt_config* config);
 /* Sets a group's lr, whatever its algorithm. */
 kopt_status kopt_set_lr(kopt_optimizer* optimizer, size_t group, double lr);
-/* A new grad for `name` (NULL: no gradient this step). */
+/* A new grad for `name` (NULL: no gradient, in this step and every later one until a grad is
+ * set again). kopt keeps the pointer: the buffer must stay allocated until the next set_grad,
+ * rebind or kopt_optimizer_destroy. */
 kopt_status kopt_set_grad(kopt_optimizer* optimizer, const char* name, void* grad,
                           kopt_dtype grad_dtype, int64_t numel, kopt_memory_space space);
 kopt_status kopt_rebind(kopt_optimizer* optimizer, const char* name, void* param,

@@ -21,6 +21,8 @@ struct LossScalerOptions {
 /// The training code multiplies its loss by scale() before backward, so grads arrive scaled;
 /// the optimizer divides them by scale() inside the update. A step whose grads hold an Inf or
 /// NaN is skipped and the scale backs off; growth_interval finite steps in a row grow it.
+/// The scale stays finite and > 0: a backoff that would reach 0 (after ~1,075 skipped steps
+/// in a row at the defaults) or a growth that would reach Inf leaves it where it is.
 class LossScaler {
  public:
   explicit LossScaler(const LossScalerOptions& options = {});

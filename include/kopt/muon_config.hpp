@@ -23,7 +23,8 @@ struct MuonPolicy;  // kopt/impl/policies/muon.hpp
 ///        A = X X^T, X <- ns_a X + (ns_b A + ns_c A A) X   (on U^T when rows > cols)
 ///   p <- p (1 - lr weight_decay) - lr s O
 /// with s = sqrt(max(1, rows / cols)) ("original"), or 0.2 sqrt(max(rows, cols)) with
-/// match_rms_adamw (Moonshot's, so that AdamW's lr and weight_decay carry over). The
+/// match_rms_adamw (Moonshot's, so that AdamW's lr and weight_decay carry over); torch
+/// 2.15's "spectral_unclamped", sqrt(rows / cols), is not offered yet. The
 /// iteration runs in fp32 on KokkosBlas::gemm (torch runs it in bf16): its result is an
 /// approximate orthogonalization, singular values in about [0.7, 1.2], not UV^T.
 /// Muon is for the 2-D weights of hidden layers: a param without a 2-D shape is refused,

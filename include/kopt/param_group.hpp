@@ -35,7 +35,8 @@ struct ParamSpec {
 };
 
 /// A config plus named parameters, as torch.optim's param groups. The config's type is the
-/// group's algorithm (AdamConfig, SgdConfig, LionConfig, AdagradConfig, LambConfig); groups of
+/// group's algorithm (AdamConfig, SgdConfig, LionConfig, AdagradConfig, LambConfig, MuonConfig,
+/// AdafactorConfig); groups of
 /// different algorithms live in one optimizer. A group may hold params of several dtypes and memory
 /// spaces; the optimizer splits the work by memory space, dtype and algorithm, and the config
 /// travels with every piece.
@@ -46,8 +47,10 @@ class ParamGroup {
                       StatePlacement placement = StatePlacement::with_params);
 
   /// Adds a parameter; `name` must be non-empty and unique in the group (the optimizer
-  /// checks uniqueness across groups). Returns *this for chaining. Checks nothing else yet:
-  /// the optimizer validates tensors when it is built.
+  /// checks uniqueness across groups). Returns *this for chaining. Throws
+  /// kopt::InvalidArgument on a tensor no optimizer could take (a dtype other than f32, bf16
+  /// or f16, a negative size, a null pointer with elements); the optimizer checks the rest
+  /// (sizes of param and grad, spaces, shapes) when it is built.
   ParamGroup& add(const std::string& name, const Tensor& param, const Tensor& grad = Tensor{});
 
   /// The config, as its algorithm's type: `config().lr` for Adam, `config<SgdConfig>()`

@@ -18,7 +18,10 @@ struct SgdPolicy;  // kopt/impl/policies/sgd.hpp
 ///                   else b <- momentum b + (1 - dampening) g
 ///                   g <- g + momentum b (nesterov), else g <- b
 ///   p <- p - lr g
-/// With momentum 0 the param keeps no state. Nesterov needs momentum > 0 and dampening 0.
+/// With momentum 0 the param keeps no state. torch creates b in the first step in which
+/// momentum is not 0; kopt at t = 1: where momentum is raised from 0 later, b starts at 0
+/// (b <- (1 - dampening) g), the same as torch's b <- g with dampening 0 (the default).
+/// Nesterov needs momentum > 0 and dampening 0.
 struct SgdConfig {
   static constexpr const char* name = "sgd";
   using Policy = Impl::SgdPolicy;

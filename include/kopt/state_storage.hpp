@@ -62,9 +62,12 @@ inline constexpr std::size_t max_state_arrays = 3;
 ///
 /// Array element types: f32 (4 B), bf16 (2 B; fp32's range, 8 significant bits) and f16
 /// (2 B; 11 significant bits, magnitudes 6e-8 to 65504: past 65504 an element becomes Inf,
-/// below 6e-8 zero). bf16 suits every array. f16 suits a first moment (exp_avg, momentum
-/// buffers: grad-sized values) and not a second one (exp_avg_sq, Adagrad's sum: squared
-/// grads, which underflow to 0 below |grad| ~ 1e-3 and overflow above 256).
+/// below 6e-8 zero). Both suit a first moment (exp_avg, momentum buffers). A second moment
+/// (Adam's exp_avg_sq) is best kept f32: rounded to nearest, a slow average loses each step's
+/// change below half a unit of its form, so at beta2 = 0.999 a bf16 v settles at about a
+/// quarter of the true v under steady grads (steps ~2x AdamW's), and an f16 v stays 0 where
+/// (1 - beta2) g^2 is below 6e-8 (|grad| below ~5e-3; README, "What narrow storage does to
+/// Adam's second moment").
 struct StateStorage {
   MasterStorage master = MasterStorage::f32;
   /// The element type of every state array without an entry in `array_dtypes`: DType::f32

@@ -45,7 +45,9 @@ struct bfloat16 {
   std::uint16_t bits;
 
   bfloat16() = default;  // trivial, as a float's: a View of them is zeroed, a local is not
-  /// The value whose encoding is `b`. from_float rounds a float to the nearest value.
+  /// The value whose encoding is `b`. from_float rounds a float to the nearest value. An
+  /// integer converts to the encoding too (bfloat16(1) is 9.2e-41, not 1): for a number,
+  /// write bfloat16::from_float(1.0f).
   KOKKOS_FORCEINLINE_FUNCTION constexpr explicit bfloat16(std::uint16_t b) : bits(b) {}
   /// Refused, for it reads as a conversion: `bfloat16(x)` of a float x, while this was an
   /// aggregate, took x's integer part as the encoding (0.7f -> 0) and compiled with GCC and

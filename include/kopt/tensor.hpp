@@ -57,7 +57,9 @@ constexpr MemorySpace memory_space_of() {
 /// A non-owning view of `numel` contiguous elements of `dtype` at `data` in `space`.
 /// kopt never frees, resizes or reallocates it; the training code keeps it alive while the
 /// optimizer refers to it (replace it with the optimizer's rebind/set_grad calls).
-/// A default-constructed Tensor is null: as a grad it means "no gradient this step".
+/// A default-constructed Tensor is null: as a grad it means "no gradient this step". So does
+/// any tensor with a null pointer, even one of no elements (an empty param's grad needs a
+/// non-null pointer for the param's step count to advance).
 ///
 /// A param may be the local part of a larger tensor that the training code shards itself
 /// (FSDP/DTensor style): `t.shard_of(global_numel, offset)`. kopt then sizes state, masters
