@@ -1,9 +1,11 @@
 // Overlapping params refused (kopt/impl/param_overlaps.hpp).
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <cstdlib>
 #include <kopt/error.hpp>
 #include <kopt/impl/param_overlaps.hpp>
+#include <optional>
 
 namespace kopt::Impl {
 
@@ -15,11 +17,24 @@ struct Span {
   bool grad;
 };
 
-void add(std::vector<Span>& out, const Tensor& t, const std::string* name, bool grad) {
-  if (t.is_null() || t.numel <= 0) return;
+// The span of `t`, or none when it holds no memory.
+std::optional<Span> span_of(const Tensor& t, const std::string* name, bool grad) {
+  if (t.is_null() || t.numel <= 0) return std::nullopt;
   const auto lo = reinterpret_cast<std::uintptr_t>(t.data);
-  out.push_back({lo, lo + t.bytes(), name, grad});
+  return Span{lo, lo + t.bytes(), name, grad};
 }
+
+// A param's spans, in a fixed array (set_grad() checks on every call: no heap).
+struct Spans {
+  std::array<Span, 2> at{};
+  std::size_t n = 0;
+  explicit Spans(const NamedBuffers& p) {
+    for (const auto& s : {span_of(p.param, p.name, false), span_of(p.grad, p.name, true)})
+      if (s) at[n++] = *s;
+  }
+  const Span* begin() const { return at.data(); }
+  const Span* end() const { return at.data() + n; }
+};
 
 std::string what(const Span& s) { return (s.grad ? "the grad of '" : "'") + *s.name + "'"; }
 
@@ -42,7 +57,7 @@ void check_no_overlaps(const std::vector<NamedBuffers>& params, const char* who)
   std::vector<Span> spans;
   spans.reserve(2 * params.size());
   for (const NamedBuffers& p : params)
-    add(spans, p.param, p.name, false), add(spans, p.grad, p.name, true);
+    for (const Span& s : Spans(p)) spans.push_back(s);
   std::stable_sort(spans.begin(), spans.end(),
                    [](const Span& a, const Span& b) { return a.lo < b.lo; });
   // Sweep in address order, keeping the param and the grad that reach furthest so far: a
@@ -60,13 +75,11 @@ void check_no_overlaps(const std::vector<NamedBuffers>& params, const char* who)
 
 void check_no_overlaps_with(const NamedBuffers& p, const std::vector<NamedBuffers>& params,
                             const char* who) {
-  std::vector<Span> mine;
-  add(mine, p.param, p.name, false), add(mine, p.grad, p.name, true);
-  if (mine.size() == 2 && overlap(mine[0], mine[1])) refuse(who, mine[0], mine[1]);
+  const Spans mine(p);
+  if (mine.n == 2 && overlap(mine.at[0], mine.at[1])) refuse(who, mine.at[0], mine.at[1]);
   for (const NamedBuffers& q : params) {
     if (*q.name == *p.name) continue;
-    std::vector<Span> theirs;
-    add(theirs, q.param, q.name, false), add(theirs, q.grad, q.name, true);
+    const Spans theirs(q);
     for (const Span& a : mine)
       for (const Span& b : theirs)
         if ((!a.grad || !b.grad) && overlap(a, b)) refuse(who, a, b);
