@@ -12,6 +12,7 @@
 #include "shaped_case.hpp"
 
 namespace {
+namespace test_adafactor {
 
 using namespace kopt_test;
 using kopt::AdafactorConfig;
@@ -134,4 +135,5 @@ TEST(AdafactorConfig, KeepsNoElementwiseStateAndChecksItsFields) {
   EXPECT_THROW(AdafactorConfig{.weight_decay = std::nan("")}.validate(), kopt::InvalidArgument);
 }
 
+}  // namespace test_adafactor
 }  // namespace

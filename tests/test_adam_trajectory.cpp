@@ -15,6 +15,7 @@
 #endif
 
 namespace {
+namespace test_adam_trajectory {
 
 struct Param {
   kopt::DType dtype;
@@ -97,6 +98,7 @@ std::vector<std::uint64_t> run_trajectory() {
   return hashes;
 }
 
+}  // namespace test_adam_trajectory
 }  // namespace
 
 #ifdef KOPT_TRAJECTORY_MAIN
@@ -107,10 +109,16 @@ int main() {
     std::printf("0x%016llxull,\n", (unsigned long long)h);
 }
 #else
+namespace {
+namespace test_adam_trajectory {
+
 TEST(AdamTrajectory, BitwiseAsRecordedBeforeThePolicyRedesign) {
   const std::vector<std::uint64_t> recorded = {
 #include "adam_trajectory_hashes.inc"
   };
   EXPECT_EQ(run_trajectory(), recorded);
 }
+
+}  // namespace test_adam_trajectory
+}  // namespace
 #endif

@@ -6,6 +6,7 @@
 #include "algorithm_case.hpp"
 
 namespace {
+namespace test_algorithms {
 
 using namespace kopt_test;
 using kopt::bfloat16;
@@ -221,4 +222,5 @@ TEST(AlgorithmsStateArrays, ConfigStateArraysEqualThePolicyVariantArrays) {
   EXPECT_EQ(std::string(LambPolicy::array_names[1]), "exp_avg_sq");
 }
 
+}  // namespace test_algorithms
 }  // namespace

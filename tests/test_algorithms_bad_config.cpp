@@ -9,6 +9,7 @@
 #include "test_support.hpp"
 
 namespace {
+namespace test_algorithms_bad_config {
 
 using namespace kopt_test;
 using kopt::DType;
@@ -372,4 +373,5 @@ TEST(AlgorithmsBadConfig, AConfigOfAnotherAlgorithmIsRefusedNamingBoth) {
   EXPECT_STREQ(kopt::algorithm_name(w.opt->group(3).algorithm()), "adagrad");
 }
 
+}  // namespace test_algorithms_bad_config
 }  // namespace

@@ -6,6 +6,7 @@
 #include "test_support.hpp"
 
 namespace {
+namespace test_algorithms_hybrid {
 
 using namespace kopt_test;
 using kopt::DType;
@@ -383,4 +384,5 @@ TEST(SgdMomentum, RaisedFromZeroLaterStartsFromZeroAsDocumented) {
   }
 }
 
+}  // namespace test_algorithms_hybrid
 }  // namespace

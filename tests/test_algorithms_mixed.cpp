@@ -10,6 +10,7 @@
 #include "reference_algorithms.hpp"
 
 namespace {
+namespace test_algorithms_mixed {
 
 using namespace kopt_test;
 using kopt::DType;
@@ -132,4 +133,5 @@ TEST(AlgorithmsMixed, EveryGroupMatchesItsReferenceUnderOneGlobalClip) {
   }
 }
 
+}  // namespace test_algorithms_mixed
 }  // namespace

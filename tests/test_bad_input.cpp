@@ -2,6 +2,7 @@
 #include "adam_case.hpp"
 
 namespace {
+namespace test_bad_input {
 
 using namespace kopt_test;
 using Host = Kokkos::DefaultHostExecutionSpace;
@@ -138,4 +139,5 @@ TEST(KoptError, MessagesCarryFileNameAndLine) {
   }
 }
 
+}  // namespace test_bad_input
 }  // namespace

@@ -10,6 +10,7 @@
 #include "test_support.hpp"
 
 namespace {
+namespace test_bad_input_matrix {
 
 using namespace kopt_test;
 using kopt::DType;
@@ -285,4 +286,5 @@ TEST(BadInputMatrix, EveryRowThrowsItsErrorNamingTheArgumentAndChangesNothing) {
   }
 }
 
+}  // namespace test_bad_input_matrix
 }  // namespace

@@ -14,6 +14,7 @@
 #include "test_support.hpp"
 
 namespace {
+namespace test_bf16_state {
 
 using namespace kopt_test;
 using kopt::DType;
@@ -182,4 +183,5 @@ TEST(Bf16StateOptimizer, BadInputIsRefusedNamingIt) {
       "StateStorage.arrays = i32");
 }
 
+}  // namespace test_bf16_state
 }  // namespace

@@ -16,6 +16,7 @@
 #include <vector>
 
 namespace {
+namespace test_block_q8 {
 
 using kopt::Impl::q8_block;
 using kopt::Impl::q8_block_bytes;
@@ -177,4 +178,5 @@ TEST(BlockQ8, ZerosStayZerosAndInfOrNanPoisonsItsBlockOnly) {
   }
 }
 
+}  // namespace test_block_q8
 }  // namespace

@@ -11,6 +11,7 @@
 #include "test_support.hpp"
 
 namespace {
+namespace test_c_bad_input {
 
 using namespace kopt_test;
 
@@ -376,4 +377,5 @@ TEST(CApiBadInputMatrix, EveryRowGetsItsStatusAMessageNamingTheArgumentAndChange
   }
 }
 
+}  // namespace test_c_bad_input
 }  // namespace

@@ -15,6 +15,7 @@
 #include "algorithm_world.hpp"
 
 namespace {
+namespace test_call_orders {
 
 using namespace kopt_test;
 using kopt::DType;
@@ -194,4 +195,5 @@ TEST_P(CallOrders, AgreeWithAnOracleThatNeverSavesOrLoads) {
 
 INSTANTIATE_TEST_SUITE_P(Seeds, CallOrders, ::testing::Range(1u, 13u));
 
+}  // namespace test_call_orders
 }  // namespace

@@ -12,6 +12,7 @@
 #include "test_support.hpp"
 
 namespace {
+namespace test_checkpoint {
 
 namespace fs = std::filesystem;
 using kopt_test::CheckpointModel;
@@ -292,4 +293,5 @@ TEST(Checkpoint, ASaveThatFailsPartWayLeavesThePreviousOneLoadable) {
   EXPECT_EQ(data_files, 1u);
 }
 
+}  // namespace test_checkpoint
 }  // namespace

@@ -15,6 +15,7 @@
 #include "checkpoint_model.hpp"
 
 namespace {
+namespace test_checkpoint_crafted {
 
 namespace fs = std::filesystem;
 using namespace kopt_test;
@@ -417,4 +418,5 @@ TEST(CraftedCheckpoint, TheLargestStepCountLoadsAndTheNextStepIsRefused) {
     EXPECT_EQ(b.params[j].get(), twin.params[j].get()) << b.name(j);
 }
 
+}  // namespace test_checkpoint_crafted
 }  // namespace

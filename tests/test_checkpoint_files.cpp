@@ -14,6 +14,7 @@
 #include "checkpoint_model.hpp"
 
 namespace {
+namespace test_checkpoint_files {
 
 namespace fs = std::filesystem;
 using namespace kopt_test;
@@ -182,4 +183,5 @@ TEST(CheckpointFiles, AMovedFromOptimizerDoesNotReplaceACheckpoint) {
   expect_loads(a, ckpt, 2);
 }
 
+}  // namespace test_checkpoint_files
 }  // namespace

@@ -44,6 +44,7 @@ int save_loop(const char* dir) {
 }  // namespace kopt_test
 
 namespace {
+namespace test_checkpoint_kill {
 
 namespace fs = std::filesystem;
 using namespace kopt_test;
@@ -131,4 +132,5 @@ TEST(CheckpointKill, ASaveKilledAtRandomPointsLeavesAWholeCheckpoint) {
   }
 }
 
+}  // namespace test_checkpoint_kill
 }  // namespace

@@ -11,6 +11,7 @@
 #include "state_snapshot.hpp"
 
 namespace {
+namespace test_checkpoint_stream {
 
 using kopt_test::CheckpointModel;
 using kopt_test::ParamDef;
@@ -132,4 +133,5 @@ TEST(CheckpointStream, HostMemoryBeyondTheStateIsBounded) {
   a.expect_same(b);
 }
 
+}  // namespace test_checkpoint_stream
 }  // namespace

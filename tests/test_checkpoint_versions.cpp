@@ -11,6 +11,7 @@
 #include "checkpoint_model.hpp"
 
 namespace {
+namespace test_checkpoint_versions {
 
 using kopt_test::read_all;
 using kopt_test::TempDir;
@@ -195,4 +196,5 @@ TEST(CheckpointVersions, ParamsWithoutStateSaveAndLoad) {
                 kopt::SgdConfig{.momentum = 0.5, .dampening = 0.1});
 }
 
+}  // namespace test_checkpoint_versions
 }  // namespace

@@ -15,6 +15,7 @@
 #include "algorithm_world.hpp"  // saved_params
 
 namespace {
+namespace test_chunk_runs {
 
 using kopt::DType;
 
@@ -215,4 +216,5 @@ INSTANTIATE_TEST_SUITE_P(Placements, ChunkRuns,
                                                   : "OffloadedCut");
                          });
 
+}  // namespace test_chunk_runs
 }  // namespace

@@ -12,6 +12,7 @@
 #include "../perf/convergence_run.hpp"
 
 namespace {
+namespace test_convergence {
 
 namespace kc = kopt_convergence;
 
@@ -111,4 +112,5 @@ TEST(Convergence, AnUnknownOptionNameIsRefusedNamingTheKnownOnes) {
   }
 }
 
+}  // namespace test_convergence
 }  // namespace

@@ -8,6 +8,7 @@
 #if defined(KOKKOS_ENABLE_SERIAL) && defined(KOKKOS_ENABLE_OPENMP)
 
 namespace {
+namespace test_determinism {
 
 using namespace kopt_test;
 
@@ -53,6 +54,7 @@ TEST(Determinism, SerialAndOpenMPAgreeBitwise) {
   expect_bitwise_equal<float, kopt::float16>();
 }
 
+}  // namespace test_determinism
 }  // namespace
 
 #endif

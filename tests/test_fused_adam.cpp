@@ -5,6 +5,7 @@
 #include "adam_case.hpp"
 
 namespace {
+namespace test_fused_adam {
 
 using namespace kopt_test;
 using kopt::bfloat16;
@@ -129,12 +130,6 @@ TYPED_TEST(FusedAdamTest, ReloadModelParamsRefreshesEveryMaster) {
   c.expect_matches_reference(4);
 }
 
-}  // namespace
-
-namespace {
-
-using namespace kopt_test;
-
 // The grad-norm reduction against an independent one: Kokkos Kernels' dot(g, g) over the
 // same memory (fp32 grads; KokkosBlas accumulates in float, hence the 1e-5).
 TYPED_TEST(FusedAdamTest, GradSumOfSquaresMatchesKokkosBlasDot) {
@@ -156,4 +151,5 @@ TYPED_TEST(FusedAdamTest, GradSumOfSquaresMatchesKokkosBlasDot) {
   EXPECT_LT(c.opt.grad_sum_of_squares(), 0.5 * exact);
 }
 
+}  // namespace test_fused_adam
 }  // namespace

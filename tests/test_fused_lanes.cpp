@@ -22,6 +22,7 @@
 #include "lane_inputs.hpp"
 
 namespace {
+namespace test_fused_lanes {
 
 using namespace kopt;
 using namespace kopt::Impl;
@@ -129,4 +130,5 @@ TEST(FusedLanes, NoMasterStochasticMatchesTheElementUpdateBitwise) {
   expect_both_configs<bfloat16, bfloat16, RoundStochastic>();
 }
 
+}  // namespace test_fused_lanes
 }  // namespace

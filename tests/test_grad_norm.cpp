@@ -13,6 +13,7 @@
 #include "buffer.hpp"
 
 namespace {
+namespace test_grad_norm {
 
 using kopt::DType;
 using kopt::Impl::ExactSum;
@@ -210,10 +211,6 @@ TEST(GradNorm, TeamPathMatchesHostPathBitwise) {
   }
 }
 
-}  // namespace
-
-namespace {
-
 // Five tensors with grads of very different magnitudes, registered in some grouping, order
 // and placement; every step's norm and the clipped params are recorded.
 struct Layout {
@@ -322,4 +319,5 @@ TEST(GradNorm, MatchesLongDoubleAndTheSerialSpace) {
 #endif
 }
 
+}  // namespace test_grad_norm
 }  // namespace

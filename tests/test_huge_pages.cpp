@@ -13,6 +13,7 @@
 #include <vector>
 
 namespace {
+namespace test_huge_pages {
 
 bool huge_pages_available() {
   std::ifstream f("/sys/kernel/mm/transparent_hugepage/enabled");
@@ -121,4 +122,5 @@ TEST(HugePages, FusedAndOffloadStateSitOnHugePages) {
   EXPECT_EQ(p2, param);
 }
 
+}  // namespace test_huge_pages
 }  // namespace

@@ -8,6 +8,7 @@
 #include "test_support.hpp"
 
 namespace {
+namespace test_hybrid_bad_input {
 
 using namespace kopt_test;
 using kopt::DType;
@@ -221,4 +222,5 @@ TEST(HybridConstruction, TheLossScaleStaysFiniteAndPositiveAndItsCheckpointLoads
   EXPECT_EQ(loaded.loss_scale(), opt.loss_scale());
 }
 
+}  // namespace test_hybrid_bad_input
 }  // namespace

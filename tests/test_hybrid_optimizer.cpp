@@ -5,6 +5,7 @@
 #include "hybrid_world.hpp"
 
 namespace {
+namespace test_hybrid_optimizer {
 
 using namespace kopt_test;
 using kopt::DType;
@@ -193,4 +194,5 @@ TEST(HybridOptimizer, LossScalingSkipsANaNStepEverywhereWithClipping) {
   injected_overflow(true, NAN);
 }
 
+}  // namespace test_hybrid_optimizer
 }  // namespace

@@ -12,6 +12,7 @@
 #include <vector>
 
 namespace {
+namespace test_lane_sums {
 
 using kopt::bfloat16;
 using kopt::float16;
@@ -87,4 +88,5 @@ TEST(LaneSums, NormOfWidenedStripsIsTheSameBits) {
   check_norm<float16>();
 }
 
+}  // namespace test_lane_sums
 }  // namespace

@@ -5,6 +5,7 @@
 #include "adam_case.hpp"
 
 namespace {
+namespace test_launches {
 
 using namespace kopt_test;
 
@@ -76,4 +77,5 @@ TYPED_TEST(LaunchTest, MixedDtypesAndAmsgradLaunchOncePerKernelClass) {
   EXPECT_EQ(g_kernels.size(), 3u);
 }
 
+}  // namespace test_launches
 }  // namespace

@@ -9,6 +9,7 @@
 #include "checkpoint_model.hpp"
 
 namespace {
+namespace test_long_run {
 
 using kopt::DType;
 using kopt_test::CheckpointModel;
@@ -88,4 +89,5 @@ TEST(LongRun, ALossScaleTooSmallToUnscaleSkipsTheStep) {
   EXPECT_EQ(opt.step_count("w"), 0);
 }
 
+}  // namespace test_long_run
 }  // namespace

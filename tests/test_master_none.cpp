@@ -14,6 +14,7 @@
 #include "test_support.hpp"
 
 namespace {
+namespace test_master_none {
 
 using namespace kopt_test;
 using kopt::DType;
@@ -377,4 +378,5 @@ TEST(NoMasterOptimizer, BadInputIsRefusedNamingIt) {
       "'h' is f16");
 }
 
+}  // namespace test_master_none
 }  // namespace

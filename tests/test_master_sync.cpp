@@ -10,6 +10,7 @@
 #include "state_snapshot.hpp"
 
 namespace {
+namespace test_master_sync {
 
 using namespace kopt_test;
 using kopt::DType;
@@ -182,4 +183,5 @@ INSTANTIATE_TEST_SUITE_P(PlacementsAndDtypes, MasterSync,
                                   kopt::name_of(std::get<1>(info.param));
                          });
 
+}  // namespace test_master_sync
 }  // namespace

@@ -12,6 +12,7 @@
 #include "shaped_case.hpp"
 
 namespace {
+namespace test_muon {
 
 using namespace kopt_test;
 using kopt::bfloat16;
@@ -150,4 +151,5 @@ TYPED_TEST(Muon, MatchesReferenceForEveryOptionDtypeAndShape) {
   check_against_reference<TypeParam, float16, float>(3);
 }
 
+}  // namespace test_muon
 }  // namespace

@@ -22,6 +22,7 @@
 #include "lane_inputs.hpp"
 
 namespace {
+namespace test_narrow_lanes {
 
 using namespace kopt;
 using namespace kopt::Impl;
@@ -144,4 +145,5 @@ TEST(NarrowLanes, NoMasterMatchesTheElementUpdateBitwise) {
   expect_both_configs<bfloat16, bfloat16, RoundStochastic>();
 }
 
+}  // namespace test_narrow_lanes
 }  // namespace

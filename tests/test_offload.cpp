@@ -8,6 +8,7 @@
 #include "hybrid_world.hpp"
 
 namespace {
+namespace test_offload {
 
 using namespace kopt_test;
 using kopt::DType;
@@ -316,4 +317,5 @@ TEST(Offload, HostCopyQueueWaitsForExactlyWhatWasMarked) {
   EXPECT_EQ(dst, src);
 }
 
+}  // namespace test_offload
 }  // namespace

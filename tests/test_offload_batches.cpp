@@ -10,6 +10,7 @@
 #include "hybrid_world.hpp"
 
 namespace {
+namespace test_offload_batches {
 
 using namespace kopt_test;
 using kopt::DType;
@@ -148,4 +149,5 @@ TEST(OffloadBatches, ParamsCutFromOneBufferCopyAsOnePiecePerBatchLimit) {
     ASSERT_EQ(joined.param(i).bits, each.param(i).bits) << "element " << i;
 }
 
+}  // namespace test_offload_batches
 }  // namespace

@@ -12,6 +12,7 @@
 #include "test_support.hpp"
 
 namespace {
+namespace test_offload_master_forms {
 
 using namespace kopt_test;
 using kopt::DType;
@@ -191,4 +192,5 @@ TEST(OffloadMasterForms, BadParamsAreRefusedNamingThem) {
                                       "parameter 'h' is f16");
 }
 
+}  // namespace test_offload_master_forms
 }  // namespace

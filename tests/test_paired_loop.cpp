@@ -20,6 +20,7 @@
 #include <vector>
 
 namespace {
+namespace test_paired_loop {
 
 using namespace kopt;
 using namespace kopt::Impl;
@@ -139,4 +140,5 @@ static_assert(!paired_form<AdamPolicy, 0, bfloat16, bfloat16, Form<std::uint16_t
 static_assert(!paired_form<AdamPolicy, 0, float, float, Form<float, float>>);
 static_assert(paired_form<SgdPolicy, 0, bfloat16, bfloat16, Form<RoundToNearest, float>>);
 
+}  // namespace test_paired_loop
 }  // namespace

@@ -12,6 +12,7 @@
 #include "test_support.hpp"
 
 namespace {
+namespace test_param_remainder {
 
 using kopt::bfloat16;
 using kopt::Impl::join_master;
@@ -91,4 +92,5 @@ TEST(ParamRemainder, TiesGoTowardTheTruncation) {
   EXPECT_EQ(split_master(-0.0f).param.bits, 0x8000u);
 }
 
+}  // namespace test_param_remainder
 }  // namespace

@@ -13,6 +13,7 @@
 #include <vector>
 
 namespace {
+namespace test_policy_reference {
 
 // One param's reference state, in double.
 struct Ref {
@@ -225,4 +226,5 @@ TEST(PolicyReference, LambEveryOption) {
     check(c, false, 30, kBound);
 }
 
+}  // namespace test_policy_reference
 }  // namespace

@@ -9,6 +9,7 @@
 #include "checkpoint_model.hpp"
 
 namespace {
+namespace test_profiling {
 
 std::vector<std::string> events;  // "push <name>" and "pop", in order
 
@@ -68,4 +69,5 @@ TEST(Profiling, StepSaveAndLoadAreBalancedRegionsEvenWhenTheyThrow) {
   EXPECT_TRUE(balanced) << "a load that threw left its region pushed";
 }
 
+}  // namespace test_profiling
 }  // namespace

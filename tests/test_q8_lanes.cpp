@@ -20,6 +20,7 @@
 #include "lane_inputs.hpp"
 
 namespace {
+namespace test_q8_lanes {
 
 using namespace kopt;
 using namespace kopt::Impl;
@@ -227,4 +228,5 @@ TEST(Q8Lanes, TheHostLoopStepsAsTheScalarPiecesComposed) {
   expect_both_configs<bfloat16, RoundStochastic>();
 }
 
+}  // namespace test_q8_lanes
 }  // namespace

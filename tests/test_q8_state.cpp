@@ -16,6 +16,7 @@
 #include "test_support.hpp"
 
 namespace {
+namespace test_q8_state {
 
 using namespace kopt_test;
 using kopt::DType;
@@ -214,4 +215,5 @@ TEST(Q8StateOptimizer, BadInputIsRefusedNamingItAndChangesNothing) {
       "elements; use a multiple of 256");
 }
 
+}  // namespace test_q8_state
 }  // namespace

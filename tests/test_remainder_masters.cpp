@@ -13,6 +13,7 @@
 #include "test_support.hpp"
 
 namespace {
+namespace test_remainder_masters {
 
 using namespace kopt_test;
 using kopt::DType;
@@ -306,4 +307,5 @@ TEST(RemainderMasters, ChosenForOffloadLikeFp32MasterGroups) {
   EXPECT_TRUE(r.opt->is_offloaded(r.name(1)));
 }
 
+}  // namespace test_remainder_masters
 }  // namespace

@@ -8,6 +8,7 @@
 #include "hybrid_world.hpp"
 
 namespace {
+namespace test_shard_layout {
 
 using kopt::ShardLayout;
 using kopt_test::HybridWorld;
@@ -228,4 +229,5 @@ TEST(ShardedOptimizer, BadShardingOptionsAreRefused) {
                kopt::ShapeMismatch);
 }
 
+}  // namespace test_shard_layout
 }  // namespace

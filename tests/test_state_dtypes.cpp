@@ -15,6 +15,7 @@
 #include "test_support.hpp"
 
 namespace {
+namespace test_state_dtypes {
 
 using namespace kopt_test;
 using kopt::DType;
@@ -265,4 +266,5 @@ TEST(StateDtypesOptimizer, BadInputIsRefusedNamingItAndChangesNothing) {
       "StateStorage.array_dtypes[1] is set, but sgd has 1 state arrays");
 }
 
+}  // namespace test_state_dtypes
 }  // namespace

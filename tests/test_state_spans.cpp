@@ -6,6 +6,7 @@
 #include "adam_case.hpp"
 
 namespace {
+namespace test_state_spans {
 
 using namespace kopt_test;
 using kopt::bfloat16;
@@ -161,4 +162,5 @@ TYPED_TEST(StateSpanTest, KeptArraysHoldWhatIsWrittenUntilAGroupUsesThem) {
   EXPECT_NE(after.v, vmax);
 }
 
+}  // namespace test_state_spans
 }  // namespace

@@ -10,6 +10,7 @@
 #include "test_support.hpp"
 
 namespace {
+namespace test_step_faults {
 
 using namespace kopt_test;
 using kopt::DType;
@@ -156,4 +157,5 @@ TEST(StepFaults, APartialLoadEndsTheFailedState) {
   }
 }
 
+}  // namespace test_step_faults
 }  // namespace

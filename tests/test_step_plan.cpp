@@ -6,6 +6,7 @@
 #include "adam_case.hpp"
 
 namespace {
+namespace test_step_plan {
 
 using namespace kopt_test;
 using kopt::bfloat16;
@@ -116,4 +117,5 @@ TYPED_TEST(StepPlanTest, NewGradAndParamMemoryIsWhatTheNextStepReads) {
   for (const bfloat16 x : param2->download()) ASSERT_EQ(x.bits, bfloat16::from_float(7.0f).bits);
 }
 
+}  // namespace test_step_plan
 }  // namespace

@@ -10,6 +10,7 @@
 #include "test_support.hpp"
 
 namespace {
+namespace test_storage_types {
 
 using kopt::bfloat16;
 using kopt::float16;
@@ -266,4 +267,5 @@ TYPED_TEST(StorageTypeOnSpace, KernelConversionsMatchHostBitwise) {
   check_kernel_matches_host<float16, TypeParam>(boundaries_of<float16>());
 }
 
+}  // namespace test_storage_types
 }  // namespace

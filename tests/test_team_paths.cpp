@@ -12,6 +12,7 @@
 #include "algorithm_world.hpp"
 
 namespace {
+namespace test_team_paths {
 
 using namespace kopt_test;
 using kopt::DType;
@@ -181,4 +182,5 @@ TEST(TeamPaths, DeviceParamsStepBitwiseLikeHostParams) {
                    train(false, configs, device, {}, storage), host);
 }
 
+}  // namespace test_team_paths
 }  // namespace

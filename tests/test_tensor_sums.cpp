@@ -13,6 +13,7 @@
 #include <vector>
 
 namespace {
+namespace test_tensor_sums {
 
 #ifdef KOPT_HAVE_VECTOR_EXTENSIONS
 // Blocks of random floats over many magnitudes, signs, zeros, subnormals and infinities.
@@ -64,4 +65,5 @@ TEST(TensorSums, TreeIsTheSumOfSquares) {
   EXPECT_EQ(kopt::Impl::block_square_sum(ones), 16.0);
 }
 
+}  // namespace test_tensor_sums
 }  // namespace

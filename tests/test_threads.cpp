@@ -9,6 +9,7 @@
 #include <thread>
 
 namespace {
+namespace test_threads {
 
 #if defined(KOKKOS_ENABLE_OPENMP) && KOKKOS_VERSION < 40000
 constexpr bool kRefused = true;
@@ -53,4 +54,5 @@ TEST(Threads, AStepFromAnotherThreadIsRefusedOrWorks) {
   EXPECT_LT(param(0), 1.0f);
 }
 
+}  // namespace test_threads
 }  // namespace

@@ -15,6 +15,7 @@
 #include "checkpoint_model.hpp"
 
 namespace {
+namespace test_update_edge_cases {
 
 using namespace kopt_test;
 using Space = Kokkos::DefaultHostExecutionSpace;
@@ -260,4 +261,5 @@ TEST(ErrorMessages, CApiLastErrorIsClean) {
   kopt_groups_destroy(groups);
 }
 
+}  // namespace test_update_edge_cases
 }  // namespace

@@ -13,6 +13,7 @@
 #include "world.hpp"
 
 namespace {
+namespace test_algorithms_mpi {
 
 using kopt::DType;
 using kopt_test::AlgorithmWorld;
@@ -221,8 +222,6 @@ TEST(AdafactorZero, ShardedRunsMatchOneProcessBitwiseAndTheCheckpointLoadsUnshar
        kopt::AdafactorConfig{.beta2_decay = -0.5, .d = 2.0, .maximize = true}});
 }
 
-}  // namespace
-
 // Masters kept as remainders (MasterStorage::remainder), alone and beside bf16 state arrays,
 // sharded: each rank keeps the remainders and arrays of its shard beside its piece of the
 // bf16 params; params and state (widened, the masters joined) bitwise those of one process.
@@ -308,8 +307,6 @@ TEST(NoMasterZero, ShardedRunsWithoutMastersMatchOneProcessBitwise) {
       }
 }
 
-namespace {
-
 // The device path (teams striding through each chunk, run here on the host: see
 // test_team_paths.cpp) on shards: a shard's elements start at first_index > 0 of their
 // tensor, which the stochastic rounding bits and the remainders key on. Sharded steps on the
@@ -340,8 +337,6 @@ TEST(NoMasterZero, ShardedTeamPathStepsMatchOneProcessOnTheHostPath) {
   }
   expect_same(one, zero);
 }
-
-}  // namespace
 
 // q8 groups lay their shards out on whole blocks (ShardLayout's align = q8_block): a block's
 // scale then comes from the same 256 elements at every world size. Offloaded groups keep
@@ -404,3 +399,6 @@ TEST(NarrowFormsZero, ShardedRunsAreBitwiseOneProcessAndResumeBitwise) {
         EXPECT_EQ(resumed->params[j].get(), zero->params[j].get()) << zero->name(j);
     }
 }
+
+}  // namespace test_algorithms_mpi
+}  // namespace

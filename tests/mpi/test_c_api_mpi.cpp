@@ -16,6 +16,7 @@
 #include "world.hpp"
 
 namespace {
+namespace test_c_api_mpi {
 
 using kopt_test::world_rank;
 using kopt_test::world_size;
@@ -181,4 +182,5 @@ TEST(CApiSharded, SavesAndLoadsAcrossRanks) {
   kopt_optimizer_destroy(y);
 }
 
+}  // namespace test_c_api_mpi
 }  // namespace

@@ -13,6 +13,7 @@
 #include "shared_dir.hpp"
 
 namespace {
+namespace test_checkpoint_mpi {
 
 using kopt_test::CheckpointModel;
 using kopt_test::SharedDir;
@@ -115,4 +116,5 @@ TEST(ShardedCheckpoint, AMissingRankFileFailsOnEveryRankAndChangesNothing) {
   victim.expect_same(twin);
 }
 
+}  // namespace test_checkpoint_mpi
 }  // namespace

@@ -12,6 +12,7 @@
 #include "shared_dir.hpp"
 
 namespace {
+namespace test_fault_mpi {
 
 using kopt_test::CheckpointModel;
 using kopt_test::SharedDir;
@@ -109,4 +110,5 @@ TEST(CommunicatorFaults, BeforeTheUpdateNothingChangesAfterItTheOptimizerWaitsFo
   }
 }
 
+}  // namespace test_fault_mpi
 }  // namespace

@@ -13,6 +13,7 @@
 #include "world.hpp"
 
 namespace {
+namespace test_norm_mpi {
 
 using kopt::DType;
 using kopt_test::Buffer;
@@ -92,4 +93,5 @@ TEST(ShardedNorm, PreShardedGradsUnderZero2SumAreTakenAsReduced) {
   presharded_match(kopt::GradReduction::sum);
 }
 
+}  // namespace test_norm_mpi
 }  // namespace

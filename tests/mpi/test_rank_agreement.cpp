@@ -15,6 +15,7 @@
 #include "world.hpp"
 
 namespace {
+namespace test_rank_agreement {
 
 using kopt_test::Buffer;
 using kopt_test::world_rank;
@@ -252,4 +253,7 @@ TEST(RankAgreement, LoadAllocationFailingOnOneRankAppliesNothingAnywhere) {
   EXPECT_NE(fresh.values(), before);
 }
 
+}  // namespace test_rank_agreement
 }  // namespace
+
+#undef NEEDS_TWO_RANKS

@@ -12,6 +12,7 @@
 #include "world.hpp"
 
 namespace {
+namespace test_zero {
 
 using kopt::DType;
 using kopt_test::expect_error;
@@ -272,4 +273,5 @@ TEST(Sharded, EachRankHoldsAboutOneWorldSizeOfTheState) {
               world_size(), mine, all, static_cast<double>(mine) / static_cast<double>(all));
 }
 
+}  // namespace test_zero
 }  // namespace
