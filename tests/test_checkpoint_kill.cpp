@@ -21,15 +21,13 @@ extern char** environ;
 
 namespace kopt_test {
 
-namespace {
 // Eight mixed params; group 1's state offloaded to the host.
-CheckpointModel kill_model() {
+static CheckpointModel kill_model() {
   kopt::HybridOptions o;
   o.loss_scaling = kopt::LossScalerOptions{.init_scale = 1024, .growth_interval = 3};
   return CheckpointModel(mixed_defs(2), {kopt::AdamConfig{}, kopt::AdamConfig{.lr = 2e-3}},
                          {0, 1, 0, 1, 0, 1, 0, 1}, {0, 1, 2, 3, 4, 5, 6, 7}, o, {false, true});
 }
-}  // namespace
 
 // The child: never returns; killed by the test.
 int save_loop(const char* dir) {
