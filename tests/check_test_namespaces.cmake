@@ -1,8 +1,9 @@
 # Run by CTest: every test file (FILES, a comma-separated list of paths under DIR) keeps what
 # it defines in a namespace of its own, `test_<file name>` inside an anonymous namespace, with
-# its tests. The test files are compiled eight to a translation unit (kopt_TEST_UNITY_BUILD):
-# a helper left in a shared anonymous namespace would be seen by the other seven files, and a
-# helper of the same name there could be called in place of their own without an error.
+# its tests, and no using-directive outside it. The test files are compiled eight to a
+# translation unit (kopt_TEST_UNITY_BUILD): a helper left in a shared anonymous namespace
+# would be seen by the other seven files, and a helper of the same name there could be called
+# in place of their own without an error.
 string(REPLACE "," ";" files "${FILES}")
 set(problems "")
 set(count 0)
@@ -30,6 +31,9 @@ foreach(f ${files})
       set(inside FALSE)
     elseif(line MATCHES "^(TEST|TYPED_TEST|TEST_F|TEST_P)\\(" AND NOT inside)
       string(APPEND problems "  ${f}: a test outside `namespace ${stem}`: ${line}\n")
+    elseif(line MATCHES "^using namespace " AND NOT inside)
+      # at file scope it would hold for the files after this one in the unit too
+      string(APPEND problems "  ${f}: a using-directive outside `namespace ${stem}`: ${line}\n")
     endif()
   endforeach()
   if(wrapped EQUAL 0)
