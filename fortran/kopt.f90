@@ -3,8 +3,9 @@
 ! C would (see kopt.h for what each does). Strings go in NUL-terminated ("w" // c_null_char);
 ! params and grads as c_loc of arrays with the TARGET attribute; the opaque handles
 ! (kopt_groups, kopt_optimizer, kopt_config) are type(c_ptr). C's NULL for an optional
-! pointer argument (an index, options, stats) is an absent optional argument. The one C
-! unsigned, kopt_groups_set_rounding's seed, is an integer(c_int64_t) of the same bits.
+! pointer argument (an index, options, stats) is an absent optional argument. The C
+! unsigned seeds, those of kopt_groups_set_rounding and _set_state_rounding, are
+! integer(c_int64_t) of the same bits.
 ! tests/CMakeLists.txt checks that every function and constant of kopt.h is here.
 module kopt
   use iso_c_binding
@@ -113,6 +114,14 @@ module kopt
       character(kind=c_char), dimension(*), intent(in) :: master
     end function
     integer(c_int) function kopt_groups_set_rounding(groups, group, rounding, seed) bind(c)
+      import
+      type(c_ptr), value :: groups
+      integer(c_size_t), value :: group
+      character(kind=c_char), dimension(*), intent(in) :: rounding
+      integer(c_int64_t), value :: seed
+    end function
+    integer(c_int) function kopt_groups_set_state_rounding(groups, group, rounding, seed) &
+        bind(c)
       import
       type(c_ptr), value :: groups
       integer(c_size_t), value :: group

@@ -82,8 +82,9 @@ void bm_update(benchmark::State& state) {
 // state arrays (26 B/element against the 28 of an fp32 master), bf16 or f16 ones (S0 = S1 =
 // bfloat16 or float16: 18 B), q8 ones (S0 = S1 = std::uint8_t: 14.06 B) or bf16 exp_avg
 // beside fp32 exp_avg_sq (S0 = bfloat16, S1 = float: 22 B); or no masters (MasterStorage::none,
-// rounded to nearest or stochastically) beside bf16 arrays (14 B). (S = std::uint8_t: q8 codes, 260
-// bytes per block of 256: 10.06 B with remainders.)
+// rounded to nearest or stochastically) beside bf16 arrays (14 B); StateRounding: how the
+// arrays are rounded. (S = std::uint8_t: q8 codes, 260 bytes per block of 256: 10.06 B with
+// remainders.)
 template <class S>
 constexpr kopt::DType state_dtype() {
   return std::is_same_v<S, float>            ? kopt::DType::f32
@@ -100,7 +101,8 @@ constexpr double stored_bytes() {
 }
 
 template <class ExecSpace, kopt::MasterStorage Master, class S0, class S1 = S0,
-          kopt::Rounding Rounding = kopt::Rounding::nearest>
+          kopt::Rounding Rounding = kopt::Rounding::nearest,
+          kopt::Rounding StateRounding = kopt::Rounding::nearest>
 void bm_update_storage(benchmark::State& state) {
   using Mem = typename ExecSpace::memory_space;
   using kopt::bfloat16;
@@ -109,11 +111,13 @@ void bm_update_storage(benchmark::State& state) {
   Kokkos::View<bfloat16*, Mem> param("kopt::perf::param", n), grad("kopt::perf::grad", n);
   fill_random(param, 1);
   fill_random(grad, 2);
-  constexpr bool stochastic = Rounding == kopt::Rounding::stochastic;
+  constexpr bool stochastic =
+      Rounding == kopt::Rounding::stochastic || StateRounding == kopt::Rounding::stochastic;
   kopt::StateStorage storage{.master = Master,
                              .arrays = state_dtype<S1>(),
                              .rounding = Rounding,
-                             .seed = stochastic ? 1u : 0u};
+                             .seed = stochastic ? 1u : 0u,
+                             .state_rounding = StateRounding};
   storage.array_dtypes[0] = state_dtype<S0>();
   kopt::FusedOptimizer<ExecSpace, kopt::Impl::AdamPolicy> opt(exec, kopt::AdamConfig{},
                                                               "kopt::perf", storage);
@@ -173,6 +177,10 @@ void register_update_benchmarks() {
     add("adamw_bf16_remainder" + on, bm_update_storage<S, MasterStorage::remainder, float>, sizes);
     add("adamw_bf16_remainder_bf16_state" + on,
         bm_update_storage<S, MasterStorage::remainder, bfloat16>, sizes);
+    add("adamw_bf16_remainder_bf16_state_sr" + on,  // the arrays rounded stochastically
+        bm_update_storage<S, MasterStorage::remainder, bfloat16, bfloat16, kopt::Rounding::nearest,
+                          kopt::Rounding::stochastic>,
+        sizes);
     add("adamw_bf16_remainder_bf16_m_f32_v" + on,
         bm_update_storage<S, MasterStorage::remainder, bfloat16, float>, sizes);
     add("adamw_bf16_remainder_f16_state" + on,

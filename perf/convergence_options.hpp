@@ -90,6 +90,22 @@ inline const StorageOption storage_options[] = {
        g.set_master(kopt::MasterStorage::remainder).set_state_dtype(kopt::DType::f16);
      },
      Expect::worse},
+    // The same arrays rounded stochastically (StateStorage::state_rounding): a fall of v under
+    // half a unit is kept in expectation, so v follows the fp32 average instead of stalling.
+    {"bf16_remainder_bf16_state_sr", kopt::DType::bf16,
+     [](kopt::ParamGroup& g) {
+       g.set_master(kopt::MasterStorage::remainder)
+           .set_state_dtype(kopt::DType::bf16)
+           .set_state_rounding(kopt::Rounding::stochastic, 1234);
+     },
+     Expect::close},
+    {"bf16_remainder_f16_state_sr", kopt::DType::bf16,
+     [](kopt::ParamGroup& g) {
+       g.set_master(kopt::MasterStorage::remainder)
+           .set_state_dtype(kopt::DType::f16)
+           .set_state_rounding(kopt::Rounding::stochastic, 1234);
+     },
+     Expect::close},
     // Round to nearest drops every update under half an ulp of its param: late in the cosine
     // schedule most of them.
     {"bf16_no_master_bf16_state", kopt::DType::bf16,

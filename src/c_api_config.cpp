@@ -45,6 +45,21 @@ std::string algorithm_names() {
   return out;
 }
 
+/// kopt_groups_set_rounding's and kopt_groups_set_state_rounding's checks: `set` called with
+/// the rounding named.
+template <class Set>
+kopt_status set_group_rounding(kopt_groups* groups, size_t group, const char* rounding, Set&& set) {
+  return guard([&] {
+    auto& g = deref(groups, "groups");
+    KOPT_THROW_IF(group >= g.groups.size(), "kopt C API: group " << group << " does not exist ("
+                                                                 << g.groups.size() << " groups)");
+    KOPT_THROW_IF(rounding == nullptr, "kopt C API: rounding is NULL");
+    const std::string name = rounding;
+    KOPT_THROW_IF(name != "nearest" && name != "stochastic",
+                  "kopt C API: rounding '" << name << "' is none of \"nearest\", \"stochastic\"");
+    set(g.groups[group], name == "nearest" ? kopt::Rounding::nearest : kopt::Rounding::stochastic);
+  });
+}
 }  // namespace
 
 extern "C" {
@@ -120,16 +135,15 @@ kopt_status kopt_groups_set_master(kopt_groups* groups, size_t group, const char
 
 kopt_status kopt_groups_set_rounding(kopt_groups* groups, size_t group, const char* rounding,
                                      uint64_t seed) {
-  return guard([&] {
-    auto& g = deref(groups, "groups");
-    KOPT_THROW_IF(group >= g.groups.size(), "kopt C API: group " << group << " does not exist ("
-                                                                 << g.groups.size() << " groups)");
-    KOPT_THROW_IF(rounding == nullptr, "kopt C API: rounding is NULL");
-    const std::string name = rounding;
-    KOPT_THROW_IF(name != "nearest" && name != "stochastic",
-                  "kopt C API: rounding '" << name << "' is none of \"nearest\", \"stochastic\"");
-    g.groups[group].set_rounding(
-        name == "nearest" ? kopt::Rounding::nearest : kopt::Rounding::stochastic, seed);
+  return set_group_rounding(groups, group, rounding, [&](kopt::ParamGroup& g, kopt::Rounding r) {
+    g.set_rounding(r, seed);
+  });
+}
+
+kopt_status kopt_groups_set_state_rounding(kopt_groups* groups, size_t group, const char* rounding,
+                                           uint64_t seed) {
+  return set_group_rounding(groups, group, rounding, [&](kopt::ParamGroup& g, kopt::Rounding r) {
+    g.set_state_rounding(r, seed);
   });
 }
 

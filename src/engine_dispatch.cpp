@@ -52,6 +52,8 @@ std::string storage_form(const StateStorage& storage) {
     form += std::string(",master ") + name_of(storage.master);
   if (storage.rounding != Rounding::nearest)
     form += std::string(",") + name_of(storage.rounding) + " rounding";
+  if (storage.state_rounding != Rounding::nearest)
+    form += std::string(",") + name_of(storage.state_rounding) + " state rounding";
   if (storage.array_dtypes == decltype(storage.array_dtypes){}) {
     if (storage.arrays != DType::f32) form += std::string(",") + name_of(storage.arrays) + " state";
     return form;

@@ -180,7 +180,7 @@ void HybridOptimizer::build_() {
       if (p.param.dtype == DType::f32) {
         storage.master = MasterStorage::f32;
         storage.rounding = Rounding::nearest;
-        storage.seed = 0;
+        if (storage.state_rounding == Rounding::nearest) storage.seed = 0;
       }
       Pending item{g, &p, Impl::engine_space_for(p.param.space),  // NotCompiled if missing
                    groups_[g].placement() == StatePlacement::host, storage};

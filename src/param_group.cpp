@@ -87,7 +87,10 @@ void validate(const StateStorage& storage) {
                                            << " with master = " << name_of(storage.master)
                                            << ": only a group without masters (MasterStorage::"
                                            << "none) rounds its updates into the params");
-  KOPT_THROW_IF(storage.seed != 0 && storage.rounding != Rounding::stochastic,
+  KOPT_THROW_IF(
+      std::string(name_of(storage.state_rounding)) == "invalid",
+      "StateStorage.state_rounding: invalid Rounding " << static_cast<int>(storage.state_rounding));
+  KOPT_THROW_IF(storage.seed != 0 && !storage.keyed(),
                 "StateStorage.seed = " << storage.seed
                                        << " without stochastic rounding, which alone uses it");
   const auto stored = [](DType d) {
@@ -102,14 +105,23 @@ void validate(const StateStorage& storage) {
                   "StateStorage.array_dtypes[" << k << "] = " << name_of(*storage.array_dtypes[k])
                                                << " is not a state dtype kopt stores: f32, bf16, "
                                                   "f16 or q8");
+  if (storage.state_rounding == Rounding::stochastic) {
+    KOPT_THROW_IF(storage.any(DType::q8),
+                  "StateStorage.state_rounding = stochastic with q8 state arrays: q8 blocks are "
+                  "encoded to nearest; stochastic state rounding is of bf16 and f16 arrays");
+    KOPT_THROW_IF(storage.wide(),
+                  "StateStorage.state_rounding = stochastic with every state array f32: it "
+                  "would round nothing; set a bf16 or f16 state dtype first");
+  }
 }
 
 ParamGroup& ParamGroup::set_master(MasterStorage master) {
   StateStorage s = storage_;
   s.master = master;
-  // Rounding belongs to groups without masters, and starts at nearest for each.
+  // Rounding belongs to groups without masters, and starts at nearest for each (the seed
+  // stays while the state arrays round stochastically with it).
   s.rounding = Rounding::nearest;
-  s.seed = 0;
+  if (s.state_rounding == Rounding::nearest) s.seed = 0;
   validate(s);
   storage_ = s;
   return *this;
@@ -118,7 +130,23 @@ ParamGroup& ParamGroup::set_master(MasterStorage master) {
 ParamGroup& ParamGroup::set_rounding(Rounding rounding, std::uint64_t seed) {
   StateStorage s = storage_;
   s.rounding = rounding;
-  s.seed = seed;
+  // One seed per group: a stochastic call sets it; nearest leaves the state arrays' own.
+  if (rounding == Rounding::stochastic || s.state_rounding == Rounding::nearest) s.seed = seed;
+  KOPT_THROW_IF(rounding == Rounding::nearest && seed != 0,
+                "StateStorage.seed = " << seed << " without stochastic rounding, which alone "
+                                       << "uses it");
+  validate(s);
+  storage_ = s;
+  return *this;
+}
+
+ParamGroup& ParamGroup::set_state_rounding(Rounding rounding, std::uint64_t seed) {
+  StateStorage s = storage_;
+  s.state_rounding = rounding;
+  if (rounding == Rounding::stochastic || s.rounding == Rounding::nearest) s.seed = seed;
+  KOPT_THROW_IF(rounding == Rounding::nearest && seed != 0,
+                "StateStorage.seed = " << seed << " without stochastic rounding, which alone "
+                                       << "uses it");
   validate(s);
   storage_ = s;
   return *this;

@@ -35,16 +35,23 @@ struct AlgorithmWorld {
                                           ? kopt::StatePlacement::host
                                           : kopt::StatePlacement::with_params);
       if (g < storage.size()) {
+        const kopt::StateStorage& st = storage[g];
+        const auto seed_if = [&](kopt::Rounding r) {
+          return r == kopt::Rounding::stochastic ? st.seed : 0u;
+        };
         groups.back()
-            .set_master(storage[g].master)
-            .set_rounding(storage[g].rounding, storage[g].seed)
-            .set_state_dtype(storage[g].arrays);
+            .set_master(st.master)
+            .set_rounding(st.rounding, seed_if(st.rounding))
+            .set_state_dtype(st.arrays);
         for (std::size_t k = 0; k < kopt::max_state_arrays; ++k)
-          if (storage[g].array_dtypes[k])  // by the algorithm's name for array k
+          if (st.array_dtypes[k])  // by the algorithm's name for array k
             groups.back().set_state_dtype(
                 std::visit([&](const auto& c) { return std::string(c.state_array_names.at(k)); },
                            configs[g]),
-                *storage[g].array_dtypes[k]);
+                *st.array_dtypes[k]);
+        // After the dtypes, which it needs: a bf16 or f16 array to round.
+        if (st.state_rounding == kopt::Rounding::stochastic)
+          groups.back().set_state_rounding(st.state_rounding, st.seed);
       }
     }
     std::mt19937 rng(seed);

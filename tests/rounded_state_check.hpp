@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <kopt/impl/block_q8.hpp>
 #include <kopt/impl/fused_optimizer_def.hpp>
+#include <kopt/impl/stochastic_rounding.hpp>
 #include <random>
 #include <string>
 #include <vector>
@@ -37,17 +38,15 @@ inline Values read_values(Opt& opt, const std::string& name, SpaceArray<P, Space
   return v;
 }
 
-// How many steps of `dtype` (f32, bf16, f16) apart `got` is from `expected` rounded to it,
-// counted on the bit patterns (same sign: neighbours are one apart).
-inline std::int64_t ulp_distance(kopt::DType dtype, double expected, float got) {
-  const auto bits = [&](float x) -> std::int64_t {
-    if (dtype == kopt::DType::bf16) return kopt::bfloat16::from_float(x).bits;
-    if (dtype == kopt::DType::f16) return kopt::float16::from_float(x).bits;
-    std::uint32_t u;
-    std::memcpy(&u, &x, sizeof u);
-    return u;
-  };
-  return std::abs(bits(static_cast<float>(expected)) - bits(got));
+// The bits a 16-bit array of `dtype` stores for `x` (the reference's new value): rounded to
+// nearest even, or with the random bits `bits` under stochastic state rounding.
+inline std::int64_t state_bits(kopt::DType dtype, double x, bool stochastic, std::uint32_t bits) {
+  const std::uint32_t f = kopt::Impl::float_bits(static_cast<float>(x));
+  if (dtype == kopt::DType::bf16)
+    return stochastic ? kopt::Impl::stochastic_bf16_bits(f, bits)
+                      : kopt::bfloat16::from_float(static_cast<float>(x)).bits;
+  return stochastic ? kopt::Impl::stochastic_f16_bits(f, bits)
+                    : kopt::float16::from_float(static_cast<float>(x)).bits;
 }
 
 // `x` (a param's new state, in double) as a q8 array of it holds it: rounded to float, each
@@ -67,7 +66,8 @@ inline std::vector<float> q8_rounded(const std::vector<double>& x, bool root) {
 }
 
 // 30 steps of `config` on params of sizes 0, 1, 17 and 1,000 with state stored as `storage`
-// (each array in its dtype): each
+// (each array in its dtype; under stochastic state rounding, the reference's values rounded
+// with the bits kopt documents: seed, param name, step, array and element index): each
 // step against `reference_step(t, p, g, s, uncertain)`, a double step from the widened state
 // kopt held before it (s in, unrounded state out; uncertain[i]: a param the reference cannot
 // predict, a sign of a near-zero interpolation for Lion). Every stored state element is the
@@ -126,7 +126,15 @@ void expect_steps_round_state(const typename Policy::Config& config,
             ++total;
             continue;
           }
-          const std::int64_t d = ulp_distance(storage.dtype_of(k), s[k][i], after.s[k][i]);
+          const kopt::Impl::ChunkRounding r{
+              kopt::Impl::rounding_key(
+                  kopt::Impl::rounding_stream(storage.seed, "p" + std::to_string(j)), t),
+              0};
+          const bool stochastic = storage.state_rounding == kopt::Rounding::stochastic;
+          const std::int64_t want = state_bits(storage.dtype_of(k), s[k][i], stochastic,
+                                               r.array_bits(static_cast<int>(k), i));
+          const std::int64_t d =
+              std::abs(want - state_bits(storage.dtype_of(k), after.s[k][i], false, 0));
           exact += d == 0;
           far += d > 1 && std::abs(after.s[k][i] - s[k][i]) > 1e-6 * scale;
           ++total;

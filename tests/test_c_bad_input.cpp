@@ -226,6 +226,26 @@ std::vector<Row> rows() {
          kopt_groups_destroy(g);
          return s;
        }},
+      {"set_state_rounding NULL groups", invalid, "groups is NULL",
+       [](O) { return kopt_groups_set_state_rounding(nullptr, 0, "nearest", 0); }},
+      {"set_state_rounding unknown group", invalid, "group 0 does not exist",
+       [](O) {
+         kopt_groups* g = nullptr;
+         kopt_groups_create(&g);
+         const kopt_status s = kopt_groups_set_state_rounding(g, 0, "stochastic", 1);
+         kopt_groups_destroy(g);
+         return s;
+       }},
+      {"set_state_rounding f32 state", invalid, "every state array f32",
+       [](O) {
+         kopt_groups* g = nullptr;
+         kopt_groups_create(&g);
+         const kopt_adam_config c = default_config();
+         kopt_groups_add_group(g, &c, 0, nullptr);
+         const kopt_status s = kopt_groups_set_state_rounding(g, 0, "stochastic", 1);
+         kopt_groups_destroy(g);
+         return s;
+       }},
       {"set_master unknown group", invalid, "group 0 does not exist",
        [](O) {
          kopt_groups* g = nullptr;

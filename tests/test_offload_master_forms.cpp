@@ -24,6 +24,12 @@ struct Form {
   kopt::StateStorage adam, sgd;  // group 0 (AdamW), group 1 (SGD with momentum)
 };
 
+kopt::StateStorage stochastic_state(kopt::StateStorage s) {
+  s.state_rounding = Rounding::stochastic;
+  s.seed = 8;
+  return s;
+}
+
 std::vector<Form> forms() {
   const auto form = [](MasterStorage master, DType arrays, Rounding rounding = Rounding::nearest) {
     return kopt::StateStorage{.master = master,
@@ -40,7 +46,10 @@ std::vector<Form> forms() {
           {"none, nearest", form(MasterStorage::none, DType::f32),
            form(MasterStorage::none, DType::f16)},
           {"none, stochastic", form(MasterStorage::none, DType::bf16, Rounding::stochastic),
-           form(MasterStorage::none, DType::bf16, Rounding::stochastic)}};
+           form(MasterStorage::none, DType::bf16, Rounding::stochastic)},
+          {"remainder and f32, state rounded stochastically",
+           stochastic_state(form(MasterStorage::remainder, DType::bf16)),
+           stochastic_state(form(MasterStorage::f32, DType::f16))}};
 }
 
 std::vector<kopt::AlgorithmConfig> configs() {

@@ -131,7 +131,7 @@ std::vector<unsigned char> stored(const StateDTypes& d, int k, const std::vector
     return bytes;
   }
   std::vector<unsigned char> bytes(static_cast<std::size_t>(n) * (d.of[k] == DType::f32 ? 4 : 2));
-  for (std::int64_t i = 0; i < n; ++i) d.store(k, bytes.data(), i, values[i]);
+  for (std::int64_t i = 0; i < n; ++i) d.store(k, bytes.data(), i, values[i], {});
   return bytes;
 }
 

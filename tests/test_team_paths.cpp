@@ -109,7 +109,8 @@ TEST(TeamPaths, EveryAlgorithmAndDtypePairStepsBitwiseLikeTheHostPath) {
 // remainders and bf16 arrays, and without masters and f16 arrays (its sums read each form);
 // Muon and Adafactor with remainders, and rounding stochastically into their params; Adam's
 // q8 arrays (a team encodes each block together): all three with amsgrad, and q8 exp_avg
-// beside bf16 exp_avg_sq over remainders.
+// beside bf16 exp_avg_sq over remainders; bf16 and f16 arrays rounded stochastically (Adam
+// with amsgrad over remainders, SGD momentum without masters).
 TEST(TeamPaths, EveryStorageFormStepsBitwiseLikeTheHostPath) {
   const std::vector<kopt::AlgorithmConfig> configs = {kopt::AdamConfig{.lr = 1e-2},
                                                       kopt::AdamConfig{.lr = 1e-2, .amsgrad = true},
@@ -123,7 +124,9 @@ TEST(TeamPaths, EveryStorageFormStepsBitwiseLikeTheHostPath) {
                                                       kopt::AdafactorConfig{},
                                                       kopt::AdafactorConfig{},
                                                       kopt::AdamConfig{.lr = 1e-2, .amsgrad = true},
-                                                      kopt::AdamConfig{.lr = 1e-2}};
+                                                      kopt::AdamConfig{.lr = 1e-2},
+                                                      kopt::AdamConfig{.lr = 1e-2, .amsgrad = true},
+                                                      kopt::SgdConfig{.lr = 0.05, .momentum = 0.9}};
   kopt::StateStorage mixed{.master = MasterStorage::remainder, .arrays = DType::bf16};
   mixed.array_dtypes[1] = DType::f32;
   kopt::StateStorage q8_m{.master = MasterStorage::remainder, .arrays = DType::bf16};
@@ -147,7 +150,17 @@ TEST(TeamPaths, EveryStorageFormStepsBitwiseLikeTheHostPath) {
       {.master = MasterStorage::remainder},  // Adafactor
       {.master = MasterStorage::none, .rounding = kopt::Rounding::stochastic, .seed = 7},
       {.arrays = DType::q8},
-      q8_m};
+      q8_m,
+      {.master = MasterStorage::remainder,  // stochastic state rounding: its own bits per array
+       .arrays = DType::bf16,
+       .seed = 9,
+       .state_rounding = kopt::Rounding::stochastic,
+       .array_dtypes = {std::nullopt, DType::f16}},
+      {.master = MasterStorage::none,
+       .arrays = DType::f16,
+       .rounding = kopt::Rounding::stochastic,
+       .seed = 10,
+       .state_rounding = kopt::Rounding::stochastic}};
   std::vector<ParamDef> defs;
   const std::size_t sizes[] = {8199, 17, 1};
   for (std::size_t g = 0; g < configs.size(); ++g)

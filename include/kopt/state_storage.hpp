@@ -38,14 +38,17 @@ enum class MasterStorage : std::uint8_t {
 /// "f32", "remainder" or "none".
 const char* name_of(MasterStorage master);
 
-/// How a group without masters (MasterStorage::none) rounds each update into its params.
+/// How a group without masters (MasterStorage::none) rounds each update into its params
+/// (StateStorage::rounding), and how a group rounds its bf16 and f16 state arrays
+/// (StateStorage::state_rounding).
 enum class Rounding : std::uint8_t {
   /// To nearest, ties to even: what an fp32 master's param would show.
   nearest,
   /// Up with probability (distance to the value below) / ulp, so the expected param is the
   /// fp32 result. bf16 params only. The random bits are a hash of (StateStorage::seed, the
   /// step count, the param's name, the element's index in the whole tensor): the same bits
-  /// at any thread count, on every backend, at any world size and sharding.
+  /// at any thread count, on every backend, at any world size and sharding. State arrays
+  /// draw their own bits (the hash salted by the array's index), resolved to 16 bits.
   stochastic,
 };
 
@@ -58,7 +61,7 @@ inline constexpr std::size_t max_state_arrays = 3;
 /// How a group stores its optimizer state: the masters' form, and the element type of each
 /// of its algorithm's state arrays (moments, momentum buffers, sums). The math runs in fp32
 /// whatever they are; only storage narrows: each element is widened exactly, updated, and
-/// rounded to nearest even once per step.
+/// rounded once per step (to nearest even, or stochastically: `state_rounding`).
 ///
 /// Array element types: f32 (4 B), bf16 (2 B; fp32's range, 8 significant bits) and f16
 /// (2 B; 11 significant bits, magnitudes 6e-8 to 65504: past 65504 an element becomes Inf,
@@ -67,7 +70,8 @@ inline constexpr std::size_t max_state_arrays = 3;
 /// change below half a unit of its form, so at beta2 = 0.999 a bf16 v settles at about a
 /// quarter of the true v under steady grads (steps ~2x AdamW's), and an f16 v stays 0 where
 /// (1 - beta2) g^2 is below 6e-8 (|grad| below ~5e-3; README, "What narrow storage does to
-/// Adam's second moment").
+/// Adam's second moment"). Rounded stochastically (`state_rounding`), each store is right in
+/// expectation and a 16-bit average follows the fp32 one, noisily, instead of stalling.
 struct StateStorage {
   MasterStorage master = MasterStorage::f32;
   /// The element type of every state array without an entry in `array_dtypes`: DType::f32
@@ -76,8 +80,13 @@ struct StateStorage {
   DType arrays = DType::f32;
   /// MasterStorage::none only (else nearest): how updates are rounded into the params.
   Rounding rounding = Rounding::nearest;
-  /// Rounding::stochastic only (else 0): the seed of its random bits.
+  /// Rounding::stochastic only (in `rounding` or `state_rounding`; else 0): the seed of
+  /// its random bits, one per group.
   std::uint64_t seed = 0;
+  /// How each step's new state is rounded into its bf16 and f16 arrays: to nearest even
+  /// (default), or stochastically (Rounding::stochastic; not for q8 arrays, whose blocks are
+  /// encoded to nearest). f32 arrays are stored as computed. Any master form.
+  Rounding state_rounding = Rounding::nearest;
   /// Per-array element types, by the algorithm's array index (AdamConfig::state_array_names:
   /// exp_avg, exp_avg_sq, max_exp_avg_sq; set by name with ParamGroup::set_state_dtype);
   /// an empty entry takes `arrays`. E.g. bf16 exp_avg with f32 exp_avg_sq.
@@ -102,6 +111,11 @@ struct StateStorage {
   }
   /// Whether every array is f32 (the default).
   bool wide() const { return all(DType::f32); }
+  /// Whether some store rounds stochastically (params or state arrays): the kernels then key
+  /// each param's random bits by its name and step.
+  bool keyed() const {
+    return rounding == Rounding::stochastic || state_rounding == Rounding::stochastic;
+  }
 };
 
 /// Throws kopt::InvalidArgument naming the field when `storage` is invalid.

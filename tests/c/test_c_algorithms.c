@@ -191,6 +191,17 @@ int main(void) {
   CHECK(kopt_groups_set_rounding(groups, 0, "nearest", 7) == KOPT_ERROR_INVALID_ARGUMENT);
   CHECK(strstr(kopt_last_error(), "seed") != NULL);
   CHECK(kopt_groups_set_rounding(groups, 9, "nearest", 0) == KOPT_ERROR_INVALID_ARGUMENT);
+  /* Stochastic state rounding: of bf16 and f16 arrays (group 0's are bf16), one seed. */
+  CHECK(kopt_groups_set_state_rounding(groups, 0, "stochastic", 5) == KOPT_OK);
+  CHECK(kopt_groups_set_state_rounding(groups, 0, "nearest", 5) == KOPT_ERROR_INVALID_ARGUMENT);
+  CHECK(strstr(kopt_last_error(), "seed") != NULL);
+  CHECK(kopt_groups_set_state_rounding(groups, 0, "often", 0) == KOPT_ERROR_INVALID_ARGUMENT);
+  CHECK(strstr(kopt_last_error(), "'often'") != NULL);
+  CHECK(kopt_groups_set_state_rounding(groups, 0, NULL, 0) == KOPT_ERROR_INVALID_ARGUMENT);
+  CHECK(kopt_groups_set_state_rounding(groups, 9, "nearest", 0) == KOPT_ERROR_INVALID_ARGUMENT);
+  CHECK(kopt_groups_set_state_dtype(groups, 0, KOPT_F32) == KOPT_ERROR_INVALID_ARGUMENT);
+  CHECK(strstr(kopt_last_error(), "every state array f32") != NULL);
+  CHECK(kopt_groups_set_state_rounding(groups, 0, "nearest", 0) == KOPT_OK);
   CHECK(kopt_groups_set_master(groups, 2, "none") == KOPT_OK); /* offloaded too */
   CHECK(kopt_groups_set_rounding(groups, 0, "nearest", 0) == KOPT_OK);
   before = ra[0];

@@ -43,7 +43,7 @@ program test_kopt_module
   call check(kopt_config_create("muon" // c_null_char, muon) == KOPT_OK, "muon config")
 
   ! Groups: AdamW on w; SGD with momentum (state in bf16 but one array f32) on b; Muon on a
-  ! matrix; AdamW without masters, rounding stochastically, on bf16 h.
+  ! matrix; AdamW without masters, rounding stochastically (params and bf16 state), on bf16 h.
   do i = 1, n
     w(i) = real(i, c_float) / n - 0.5
     g(i) = 0.25 * sin(real(i, c_float))
@@ -79,6 +79,9 @@ program test_kopt_module
              "no masters")
   call check(kopt_groups_set_rounding(groups, 3_c_size_t, "stochastic" // c_null_char, &
                                       1234_c_int64_t) == KOPT_OK, "stochastic rounding")
+  call check(kopt_groups_set_state_dtype(groups, 3_c_size_t, KOPT_BF16) == KOPT_OK, "bf16 state")
+  call check(kopt_groups_set_state_rounding(groups, 3_c_size_t, "stochastic" // c_null_char, &
+                                            1234_c_int64_t) == KOPT_OK, "stochastic state")
   call check(kopt_groups_add_param(groups, 3_c_size_t, "h" // c_null_char, c_loc(h), KOPT_BF16, &
                                    c_loc(dh), KOPT_BF16, 16_c_int64_t, KOPT_HOST) == KOPT_OK, "h")
   options%max_grad_norm = 1d3  ! above the grads' norm: measured, not clipping

@@ -281,10 +281,15 @@ TEST(NoMasterZero, ShardedRunsWithoutMastersMatchOneProcessBitwise) {
                      (two ? ", ZeRO-2" : ", ZeRO-1"));
         const kopt::AlgorithmConfig config = kopt::AdamConfig{.lr = 1e-3};
         const std::uint64_t seed = rounding == kopt::Rounding::stochastic ? 7 : 0;
-        const std::vector<kopt::StateStorage> storage = {{.master = kopt::MasterStorage::none,
-                                                          .arrays = arrays,
-                                                          .rounding = rounding,
-                                                          .seed = seed}};
+        // Stochastic with bf16 state: the arrays rounded stochastically too (their bits keyed
+        // by each element's index in the whole tensor, whatever the shard).
+        const bool state = rounding == kopt::Rounding::stochastic && arrays == DType::bf16;
+        const std::vector<kopt::StateStorage> storage = {
+            {.master = kopt::MasterStorage::none,
+             .arrays = arrays,
+             .rounding = rounding,
+             .seed = seed,
+             .state_rounding = state ? kopt::Rounding::stochastic : kopt::Rounding::nearest}};
         std::vector<ParamDef> summed = d;
         for (ParamDef& p : summed) p.grad = two ? DType::f32 : p.grad;
         AlgorithmWorld one({config}, summed, options, 26, {}, storage);
@@ -323,7 +328,10 @@ TEST(NoMasterZero, ShardedTeamPathStepsMatchOneProcessOnTheHostPath) {
        .arrays = DType::bf16,
        .rounding = kopt::Rounding::stochastic,
        .seed = 11},
-      {.master = kopt::MasterStorage::remainder, .arrays = DType::f32}};
+      {.master = kopt::MasterStorage::remainder,  // f16 arrays rounded stochastically
+       .arrays = DType::f16,
+       .seed = 12,
+       .state_rounding = kopt::Rounding::stochastic}};
   kopt::HybridOptions options;
   options.max_grad_norm = 5.0;
   AlgorithmWorld one(configs, d, options, 29, {}, storage);

@@ -74,16 +74,6 @@ inline constexpr bool reads_param_values = param_rated<Policy> || row_factored<P
 template <class Policy, int V>
 inline constexpr unsigned bound_arrays = Policy::arrays_of(V) | (row_factored<Policy> ? 1u : 0u);
 
-/// Where a chunk's elements get their random bits (Rounding::stochastic; unused otherwise):
-/// the key of its param and step, and the index of the slot's element 0 in the whole tensor.
-struct ChunkRounding {
-  RoundingKey key{0, 0};
-  std::int64_t first = 0;
-  KOKKOS_FORCEINLINE_FUNCTION std::uint32_t bits(std::int64_t i) const {
-    return rounding_bits(key, first + i);
-  }
-};
-
 /// The param side of one element's update (a0..a2: its state, as floats): an f32 param in
 /// place, a 16-bit one through its master (an fp32 copy, or joined from a remainder), or
 /// without one, from the param widened and rounded back (to nearest, or stochastically).
@@ -181,7 +171,7 @@ KOKKOS_FORCEINLINE_FUNCTION void prefetch_update(std::int64_t i, const ParamT* p
 }
 
 /// One element with 16-bit state arrays (device teams): each kept array's element widened,
-/// updated, and rounded back.
+/// updated, and rounded back (to nearest, or stochastically: StateDTypes::stochastic).
 template <class Policy, int V, class ParamT, class GradT, class F>
 KOKKOS_FORCEINLINE_FUNCTION void narrow_element(std::int64_t i, ParamT* KOPT_RESTRICT param,
                                                 const GradT* KOPT_RESTRICT grad,
@@ -195,9 +185,9 @@ KOKKOS_FORCEINLINE_FUNCTION void narrow_element(std::int64_t i, ParamT* KOPT_RES
   float a2 = (kept & 4u) ? d.template load<false>(2, s2, i) : 0.0f;
   update_param<Policy, V, ParamT, GradT, Form<typename F::MasterT, float>>(i, param, grad, master,
                                                                            a0, a1, a2, s, r);
-  if constexpr ((kept & 1u) != 0) d.store(0, s0, i, a0);
-  if constexpr ((kept & 2u) != 0) d.store(1, s1, i, a1);
-  if constexpr ((kept & 4u) != 0) d.store(2, s2, i, a2);
+  if constexpr ((kept & 1u) != 0) d.store(0, s0, i, a0, r);
+  if constexpr ((kept & 2u) != 0) d.store(1, s1, i, a1, r);
+  if constexpr ((kept & 4u) != 0) d.store(2, s2, i, a2, r);
 }
 
 }  // namespace kopt::Impl

@@ -172,8 +172,7 @@ class EngineState {
     const std::int64_t m = master_at(e);
     slot.master = m >= 0 && !remainders() ? master_.data() + m + begin : nullptr;
     slot.remainder = m >= 0 && remainders() ? remainder_.data() + m + begin : nullptr;
-    slot.rounding_stream =
-        storage_.rounding == Rounding::stochastic ? rounding_stream(storage_.seed, e.name) : 0;
+    slot.rounding_stream = storage_.keyed() ? rounding_stream(storage_.seed, e.name) : 0;
     slot.first_index = e.param.global_offset + begin;
     for (std::size_t k = 0; k < arrays_.size(); ++k) {
       const std::int64_t at = e.state_offset + begin;

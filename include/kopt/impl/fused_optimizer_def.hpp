@@ -124,8 +124,7 @@ void FusedOptimizer<ExecSpace, Policy>::fill_slots_() {
     scalars_host_ = Kokkos::create_mirror_view(scalars);
     scalars_ = scalars;
   }
-  if (state_.storage().rounding == Rounding::stochastic &&
-      row_steps_.extent(0) < std::max<std::size_t>(sets_.size(), 1)) {
+  if (state_.storage().keyed() && row_steps_.extent(0) < std::max<std::size_t>(sets_.size(), 1)) {
     Impl::allocation_point();
     decltype(row_steps_) steps(Kokkos::view_alloc(exec_, label_ + "::row_steps"),
                                std::max<std::size_t>(sets_.size(), 1));

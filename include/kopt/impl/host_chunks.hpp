@@ -54,8 +54,8 @@ KOKKOS_FORCEINLINE_FUNCTION typename Policy::Scalars chunk_scalars(const Scalars
   return s;
 }
 
-/// A chunk's rounding: Rounding::stochastic's key, from its param's stream and the step its
-/// row makes; nothing to key otherwise.
+/// A chunk's rounding: stochastic rounding's key (of the params or state arrays), from its
+/// param's stream and the step its row makes; nothing to key otherwise.
 template <class StepsView>
 KOKKOS_FORCEINLINE_FUNCTION ChunkRounding chunk_rounding(bool stochastic, const StepsView& steps,
                                                          const UpdateSlot& slot) {
@@ -146,7 +146,7 @@ struct HostUpdateFunctor {
   Kokkos::View<const std::int64_t*, memory_space> steps;  ///< each row's step (stochastic)
   Kokkos::View<const float*, memory_space> rates;         ///< per slot, tensor-rate policies'
   StateDTypes dtypes;
-  bool stochastic;  ///< Rounding::stochastic: the chunks' rounding is keyed
+  bool stochastic;  ///< StateStorage::keyed(): the chunks' rounding is keyed
 
   KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t c) const {
 #if !defined(__CUDA_ARCH__)  // host spaces only: a device pass has nothing to compile here

@@ -108,7 +108,7 @@ KOPT_LOOP_FUNCTION void narrow_host_loop(std::int64_t begin, std::int64_t end,
     for (int k = 0; k < 3; ++k) q8 |= (kept >> k & 1u) != 0 && d.of[k] == DType::q8;
     if (!q8)
       i = fused_lanes<Policy, V, ParamT, GradT, Wide, true>(begin, end, param, grad, master,
-                                                            NarrowArrays{{s0, s1, s2}, d}, s, r);
+                                                            NarrowArrays{{s0, s1, s2}, d, r}, s, r);
     else
       i = q8_lanes_blocks<Policy, V, ParamT, GradT, Wide>(begin, end, param, grad, master,
                                                           {s0, s1, s2}, d, s, r);
@@ -124,9 +124,9 @@ KOPT_LOOP_FUNCTION void narrow_host_loop(std::int64_t begin, std::int64_t end,
     if constexpr (stored && !std::is_same_v<ParamT, float>) m = master + i;
     fused_host_loop<Policy, V, ParamT, GradT, Wide, false>(0, n, param + i, grad + i, m, t0, t1, t2,
                                                            s, ChunkRounding{r.key, r.first + i});
-    if constexpr ((kept & 1u) != 0) stage_out(d.of[0], s0, i, n, t0, d.root(0));
-    if constexpr ((kept & 2u) != 0) stage_out(d.of[1], s1, i, n, t1, d.root(1));
-    if constexpr ((kept & 4u) != 0) stage_out(d.of[2], s2, i, n, t2, d.root(2));
+    if constexpr ((kept & 1u) != 0) stage_out(d, 0, s0, i, n, t0, r);
+    if constexpr ((kept & 2u) != 0) stage_out(d, 1, s1, i, n, t1, r);
+    if constexpr ((kept & 4u) != 0) stage_out(d, 2, s2, i, n, t2, r);
   }
 }
 

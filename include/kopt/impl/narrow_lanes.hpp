@@ -2,7 +2,8 @@
 /// \file
 /// The state arrays of narrow_host_loop (kopt/impl/host_loops.hpp) as fused_lanes reads and
 /// writes them: each array in its own dtype (f32, bf16, f16; not q8, whose blocks are encoded
-/// whole), widened into a lane vector of floats and rounded back to nearest even.
+/// whole), widened into a lane vector of floats and rounded back to nearest even, or
+/// stochastically (StateStorage::state_rounding).
 ///
 /// The dtypes are run-time values, the same for a whole launch (kopt/impl/narrow_state.hpp):
 /// a switch per array and vector that the branch predictor gets right every time, where
@@ -59,10 +60,12 @@ KOKKOS_FORCEINLINE_FUNCTION void store_f16_nearest(float16* at, LaneF x) {
 #endif
 }
 
-/// fused_lanes' state arrays in the dtypes of `d` (none of them q8).
+/// fused_lanes' state arrays in the dtypes of `d` (none of them q8); stochastic stores
+/// (d.stochastic) draw each array's bits from `r`.
 struct NarrowArrays {
   void* at[3];
   StateDTypes d;
+  ChunkRounding r;
 
   KOKKOS_FORCEINLINE_FUNCTION LaneF load(int k, std::int64_t i) const {
     switch (d.of[k]) {
@@ -75,6 +78,12 @@ struct NarrowArrays {
     }
   }
   KOKKOS_FORCEINLINE_FUNCTION void store(int k, std::int64_t i, LaneF x) const {
+    if (d.stochastic && d.of[k] != DType::f32) {
+      const LaneU bits = rounding_lanes(r.of_array(k), i, 1, 0);
+      return store_halves(static_cast<char*>(at[k]) + 2 * i,
+                          d.of[k] == DType::bf16 ? stochastic_bf16_bits(float_bits(x), bits)
+                                                 : stochastic_f16_bits(float_bits(x), bits));
+    }
     switch (d.of[k]) {
       case DType::bf16:
         return store_bf16_nearest(static_cast<bfloat16*>(at[k]) + i, x);

@@ -13,6 +13,7 @@
 #include <kopt/dtype.hpp>
 #include <kopt/impl/block_q8.hpp>
 #include <kopt/impl/f16_blocks.hpp>
+#include <kopt/impl/stochastic_rounding.hpp>
 #include <kopt/state_storage.hpp>
 #include <kopt/storage_types.hpp>
 
@@ -24,11 +25,14 @@ struct StateDTypes {
   /// Bit k: q8 array k is non-negative and holds its square roots (block_q8.hpp; the
   /// policy's q8_square_arrays).
   unsigned roots = 0;
+  /// StateStorage::state_rounding is stochastic: bf16 and f16 stores draw random bits.
+  bool stochastic = false;
 
   static StateDTypes from(const StateStorage& storage, unsigned roots = 0) {
     StateDTypes d;
     for (std::size_t k = 0; k < max_state_arrays; ++k) d.of[k] = storage.dtype_of(k);
     d.roots = roots;
+    d.stochastic = storage.state_rounding == Rounding::stochastic;
     return d;
   }
   KOKKOS_FORCEINLINE_FUNCTION bool root(int k) const { return (roots >> k & 1u) != 0; }
@@ -54,15 +58,19 @@ struct StateDTypes {
         return static_cast<const float*>(s)[i];
     }
   }
-  /// Element i of array k (at `s`) = v, rounded to nearest even. Not for q8 arrays, whose
-  /// blocks are encoded whole (q8_encode_run).
-  KOKKOS_FORCEINLINE_FUNCTION void store(int k, void* s, std::int64_t i, float v) const {
+  /// Element i of array k (at `s`) = v, rounded to nearest even, or stochastically with
+  /// the bits `r` gives the array's element i. Not for q8 arrays, whose blocks are encoded
+  /// whole (q8_encode_run).
+  KOKKOS_FORCEINLINE_FUNCTION void store(int k, void* s, std::int64_t i, float v,
+                                         const ChunkRounding& r) const {
     switch (of[k]) {
       case DType::bf16:
-        static_cast<bfloat16*>(s)[i] = bfloat16::from_float(v);
+        static_cast<bfloat16*>(s)[i] =
+            stochastic ? round_stochastic(v, r.array_bits(k, i)) : bfloat16::from_float(v);
         return;
       case DType::f16:
-        static_cast<float16*>(s)[i] = float16::from_float(v);
+        static_cast<float16*>(s)[i] =
+            stochastic ? round_stochastic_f16(v, r.array_bits(k, i)) : float16::from_float(v);
         return;
       default:
         static_cast<float*>(s)[i] = v;
@@ -119,13 +127,33 @@ KOKKOS_INLINE_FUNCTION float* stage_in(DType dtype, void* s, std::int64_t i, int
   }
 }
 
-/// Writes `scratch` (stage_in's) back into elements [i, i + n) of a 16-bit array, or
-/// encodes it as the q8 block starting at i.
-KOKKOS_INLINE_FUNCTION void stage_out(DType dtype, void* s, std::int64_t i, int n,
-                                      const float* scratch, bool root = false) {
-  if (dtype == DType::q8) q8_encode_run(root, scratch, q8_block_of(s, i), n);
-  if (dtype == DType::bf16) round_run(scratch, static_cast<bfloat16*>(s) + i, n);
-  if (dtype == DType::f16) round_run(scratch, static_cast<float16*>(s) + i, n);
+/// out[j] = in[j] rounded stochastically with the bits `r` gives element i + j, j < n.
+template <class T>
+KOPT_LOOP_FUNCTION void round_run_stochastic(const float* KOPT_RESTRICT in, T* KOPT_RESTRICT out,
+                                             int n, const ChunkRounding r, std::int64_t i) {
+  for (int j = 0; j < n; ++j) {
+    const std::uint32_t bits = r.bits(i + j), x = float_bits(in[j]);
+    if constexpr (std::is_same_v<T, bfloat16>)
+      out[j] = bfloat16{static_cast<std::uint16_t>(stochastic_bf16_bits(x, bits))};
+    else
+      out[j] = float16{static_cast<std::uint16_t>(stochastic_f16_bits(x, bits))};
+  }
+}
+
+/// Writes `scratch` (stage_in's) back into elements [i, i + n) of array k of `d` (16-bit:
+/// rounded as d says, with `r`'s bits), or encodes it as the q8 block starting at i.
+KOKKOS_INLINE_FUNCTION void stage_out(const StateDTypes& d, int k, void* s, std::int64_t i, int n,
+                                      const float* scratch, const ChunkRounding& r) {
+  const DType dtype = d.of[k];
+  if (dtype == DType::q8) q8_encode_run(d.root(k), scratch, q8_block_of(s, i), n);
+  if (dtype == DType::bf16 && d.stochastic)
+    round_run_stochastic(scratch, static_cast<bfloat16*>(s) + i, n, r.of_array(k), i);
+  else if (dtype == DType::bf16)
+    round_run(scratch, static_cast<bfloat16*>(s) + i, n);
+  if (dtype == DType::f16 && d.stochastic)
+    round_run_stochastic(scratch, static_cast<float16*>(s) + i, n, r.of_array(k), i);
+  else if (dtype == DType::f16)
+    round_run(scratch, static_cast<float16*>(s) + i, n);
 }
 
 }  // namespace kopt::Impl

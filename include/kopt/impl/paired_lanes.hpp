@@ -50,11 +50,10 @@ KOKKOS_FORCEINLINE_FUNCTION LaneF odd_floats(LaneU w) { return bits_float(w & 0x
 /// even one's high half zero, as the rounding functions leave it; the odd one's is shifted out).
 KOKKOS_FORCEINLINE_FUNCTION LaneU pair_words(LaneU even, LaneU odd) { return even | odd << 16; }
 
-/// stochastic_bf16_bits of lanes `x` (float bits) with the random bits of elements
-/// r.first + i + stride * l + offset, l the lane: their global indices split into 32-bit
-/// halves, the high one carried where a low one wrapped.
-KOKKOS_FORCEINLINE_FUNCTION LaneU stochastic_lanes(LaneU x, const ChunkRounding& r, std::int64_t i,
-                                                   std::uint32_t stride, std::uint32_t offset) {
+/// The random bits of elements r.first + i + stride * l + offset, l the lane: their global
+/// indices split into 32-bit halves, the high one carried where a low one wrapped.
+KOKKOS_FORCEINLINE_FUNCTION LaneU rounding_lanes(const ChunkRounding& r, std::int64_t i,
+                                                 std::uint32_t stride, std::uint32_t offset) {
   // rounding_hash's sum, with its products taken once per vector (mod 2^32, the same bits):
   // low * factor is the vector's base times it plus each lane's offset times it, and the
   // high word's term takes one of two values, by whether the lane's low word wrapped.
@@ -69,7 +68,13 @@ KOKKOS_FORCEINLINE_FUNCTION LaneU stochastic_lanes(LaneU x, const ChunkRounding&
   const std::uint32_t carried = (base_high + 1u + r.key.high) * rounding_high_factor;
   const LaneU high_term = low < base_low ? LaneU{} + carried : LaneU{} + same;
   const LaneU low_term = base_low * rounding_low_factor + lane_offset * rounding_low_factor;
-  return stochastic_bf16_bits(x, rounding_mix(LaneU(r.key.low ^ low_term ^ high_term)));
+  return rounding_mix(LaneU(r.key.low ^ low_term ^ high_term));
+}
+
+/// stochastic_bf16_bits of lanes `x` (float bits) with rounding_lanes' bits.
+KOKKOS_FORCEINLINE_FUNCTION LaneU stochastic_lanes(LaneU x, const ChunkRounding& r, std::int64_t i,
+                                                   std::uint32_t stride, std::uint32_t offset) {
+  return stochastic_bf16_bits(x, rounding_lanes(r, i, stride, offset));
 }
 
 /// The pair words of bf16_nearest_bits of the even and the odd elements' floats.

@@ -155,17 +155,17 @@ struct Q8BlockArrays {
     return q8_block_of(at[k], first);
   }
   KOKKOS_FORCEINLINE_FUNCTION LaneF load(int k, std::int64_t i) const {
-    if (!q8(k)) return NarrowArrays{{at[0], at[1], at[2]}, d}.load(k, i);
+    if (!q8(k)) return NarrowArrays{{at[0], at[1], at[2]}, d, ChunkRounding{}}.load(k, i);
     const LaneU c = load_code_lanes(codes(k) + (i - first));
     return d.root(k) ? q8_decode_lanes<true>(c, scale[k]) : q8_decode_lanes<false>(c, scale[k]);
   }
   KOKKOS_FORCEINLINE_FUNCTION void store(int k, std::int64_t i, LaneF x) const {
-    if (!q8(k)) return NarrowArrays{{at[0], at[1], at[2]}, d}.store(k, i, x);
+    if (!q8(k)) return NarrowArrays{{at[0], at[1], at[2]}, d, ChunkRounding{}}.store(k, i, x);
     store_lanes(scratch[k] + (i - first), float_bits(x));
   }
   /// A q8 array's block ahead is asked for once per block (q8_lanes_blocks).
   KOKKOS_FORCEINLINE_FUNCTION void prefetch(int k, std::int64_t i) const {
-    if (!q8(k)) NarrowArrays{{at[0], at[1], at[2]}, d}.prefetch(k, i);
+    if (!q8(k)) NarrowArrays{{at[0], at[1], at[2]}, d, ChunkRounding{}}.prefetch(k, i);
   }
 };
 

@@ -61,7 +61,8 @@ void visit_variant(int variant, F&& f) {
 }
 
 /// Calls f(Form<M, S>{}) for the form of `storage` over a param of type ParamT: S float when
-/// every state array is f32, bfloat16 when every one is bf16, else NarrowState; M of
+/// every state array is f32, bfloat16 when every one is bf16 rounded to nearest, else
+/// NarrowState; M of
 /// storage.master (an f32 param is its own master whatever it says; remainders and stochastic
 /// rounding are of bf16 params, which the engines check).
 template <class ParamT, class Fn>
@@ -69,7 +70,9 @@ void visit_form(const StateStorage& storage, Fn&& f) {
   const auto with_master = [&](auto master) {
     using M = decltype(master);
     if (storage.wide()) return f(Form<M, float>{});
-    if (storage.all(DType::bf16)) return f(Form<M, bfloat16>{});
+    // Stochastic state rounding takes the per-array loops, which draw each array's bits.
+    if (storage.all(DType::bf16) && storage.state_rounding == Rounding::nearest)
+      return f(Form<M, bfloat16>{});
     return f(Form<M, NarrowState>{});
   };
   if constexpr (!std::is_same_v<ParamT, float>) {

@@ -67,7 +67,8 @@ struct FusedUpdateFunctor {
     const Chunk chunk = chunks_(team.league_rank());
     const UpdateSlot& slot = slots_(chunk.slot);
     const Scalars s = chunk_scalars<Policy>(scalars_, rates_, chunk, slot);
-    const ChunkRounding r = chunk_rounding(std::is_same_v<MasterT, RoundStochastic>, steps_, slot);
+    const ChunkRounding r = chunk_rounding(
+        std::is_same_v<MasterT, RoundStochastic> || dtypes_.stochastic, steps_, slot);
     auto* param = static_cast<ParamT*>(slot.param);
     const auto* grad = static_cast<const GradT*>(slot.grad);
     if constexpr (Q8) {  // (an else: nvcc warns of a loop after a return as unreachable)
@@ -134,7 +135,7 @@ struct FusedUpdateFunctor {
           if (dtypes_.of[k] == DType::q8)
             held(k * q8_block + j) = a[k];
           else
-            dtypes_.store(k, slot.state[k], i, a[k]);
+            dtypes_.store(k, slot.state[k], i, a[k], r);
         }
       });
       for (int k = 0; k < static_cast<int>(max_state_arrays); ++k) {
@@ -336,18 +337,17 @@ void launch_update(
     const Kokkos::View<const Chunk*, typename ExecSpace::memory_space>& chunks,
     const Kokkos::View<const float*, typename ExecSpace::memory_space>& rates = {}) {
   // Stochastic rounding keys its bits by each row's step.
-  assert(storage.rounding != Rounding::stochastic || steps.extent(0) >= scalars.extent(0));
+  assert(!storage.keyed() || steps.extent(0) >= scalars.extent(0));
   const auto n = static_cast<std::int64_t>(chunks.extent(0));
   if (n == 0) return;
   launched_update_chunks().fetch_add(static_cast<std::uint64_t>(n), std::memory_order_relaxed);
   const StateDTypes dtypes = StateDTypes::from(storage, q8_roots_of<Policy>());
   if constexpr (runs_on_host<ExecSpace>) {
     if (!takes_device_paths<ExecSpace>())
-      return launch_range(
-          exec, label, n,
-          HostUpdateFunctor<ExecSpace, Policy>{host_chunk_fn<Policy>(param, grad, variant, storage),
-                                               slots, scalars, chunks, steps, rates, dtypes,
-                                               storage.rounding == Rounding::stochastic});
+      return launch_range(exec, label, n,
+                          HostUpdateFunctor<ExecSpace, Policy>{
+                              host_chunk_fn<Policy>(param, grad, variant, storage), slots, scalars,
+                              chunks, steps, rates, dtypes, storage.keyed()});
   }
   if constexpr (has_device_paths<ExecSpace>)
     visit_update_dtype(param, [&](auto param_type) {
