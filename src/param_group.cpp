@@ -127,28 +127,28 @@ ParamGroup& ParamGroup::set_master(MasterStorage master) {
   return *this;
 }
 
-ParamGroup& ParamGroup::set_rounding(Rounding rounding, std::uint64_t seed) {
-  StateStorage s = storage_;
-  s.rounding = rounding;
-  // One seed per group: a stochastic call sets it; nearest leaves the state arrays' own.
-  if (rounding == Rounding::stochastic || s.state_rounding == Rounding::nearest) s.seed = seed;
+namespace {
+/// `storage` with `rounding` in `field` (its params' or its state arrays'), validated. One
+/// seed per group: a stochastic call sets it; nearest (seed 0) keeps the other rounding's.
+StateStorage with_rounding(StateStorage s, Rounding StateStorage::*field, Rounding rounding,
+                           std::uint64_t seed) {
   KOPT_THROW_IF(rounding == Rounding::nearest && seed != 0,
                 "StateStorage.seed = " << seed << " without stochastic rounding, which alone "
                                        << "uses it");
+  s.*field = rounding;
+  if (rounding == Rounding::stochastic || !s.keyed()) s.seed = seed;
   validate(s);
-  storage_ = s;
+  return s;
+}
+}  // namespace
+
+ParamGroup& ParamGroup::set_rounding(Rounding rounding, std::uint64_t seed) {
+  storage_ = with_rounding(storage_, &StateStorage::rounding, rounding, seed);
   return *this;
 }
 
 ParamGroup& ParamGroup::set_state_rounding(Rounding rounding, std::uint64_t seed) {
-  StateStorage s = storage_;
-  s.state_rounding = rounding;
-  if (rounding == Rounding::stochastic || s.rounding == Rounding::nearest) s.seed = seed;
-  KOPT_THROW_IF(rounding == Rounding::nearest && seed != 0,
-                "StateStorage.seed = " << seed << " without stochastic rounding, which alone "
-                                       << "uses it");
-  validate(s);
-  storage_ = s;
+  storage_ = with_rounding(storage_, &StateStorage::state_rounding, rounding, seed);
   return *this;
 }
 
