@@ -187,6 +187,10 @@ void register_update_benchmarks() {
         bm_update_storage<S, MasterStorage::remainder, float16>, sizes);
     add("adamw_bf16_remainder_q8_state" + on,
         bm_update_storage<S, MasterStorage::remainder, std::uint8_t>, sizes);
+    add("adamw_bf16_remainder_q8_state_sr" + on,  // the codes rounded stochastically
+        bm_update_storage<S, MasterStorage::remainder, std::uint8_t, std::uint8_t,
+                          kopt::Rounding::nearest, kopt::Rounding::stochastic>,
+        sizes);
     add("adamw_bf16_remainder_q8_m_f32_v" + on,
         bm_update_storage<S, MasterStorage::remainder, std::uint8_t, float>, sizes);
     add("adamw_bf16_no_master_bf16_state" + on, bm_update_storage<S, MasterStorage::none, bfloat16>,

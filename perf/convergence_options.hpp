@@ -106,6 +106,15 @@ inline const StorageOption storage_options[] = {
            .set_state_rounding(kopt::Rounding::stochastic, 1234);
      },
      Expect::close},
+    // q8 codes rounded stochastically: v and m follow their fp32 averages, where to nearest
+    // v stalls near its first steps' values (and m short of the grads).
+    {"bf16_remainder_q8_state_sr", kopt::DType::bf16,
+     [](kopt::ParamGroup& g) {
+       g.set_master(kopt::MasterStorage::remainder)
+           .set_state_dtype(kopt::DType::q8)
+           .set_state_rounding(kopt::Rounding::stochastic, 1234);
+     },
+     Expect::close},
     // Round to nearest drops every update under half an ulp of its param: late in the cosine
     // schedule most of them.
     {"bf16_no_master_bf16_state", kopt::DType::bf16,

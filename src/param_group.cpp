@@ -106,9 +106,6 @@ void validate(const StateStorage& storage) {
                                                << " is not a state dtype kopt stores: f32, bf16, "
                                                   "f16 or q8");
   if (storage.state_rounding == Rounding::stochastic) {
-    KOPT_THROW_IF(storage.any(DType::q8),
-                  "StateStorage.state_rounding = stochastic with q8 state arrays: q8 blocks are "
-                  "encoded to nearest; stochastic state rounding is of bf16 and f16 arrays");
     KOPT_THROW_IF(storage.wide(),
                   "StateStorage.state_rounding = stochastic with every state array f32: it "
                   "would round nothing; set a bf16 or f16 state dtype first");

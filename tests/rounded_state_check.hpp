@@ -50,15 +50,18 @@ inline std::int64_t state_bits(kopt::DType dtype, double x, bool stochastic, std
 }
 
 // `x` (a param's new state, in double) as a q8 array of it holds it: rounded to float, each
-// block of kopt::Impl::q8_block encoded against its own scale, decoded (block_q8.hpp's map
-// is checked against an exhaustive search in test_block_q8.cpp).
-inline std::vector<float> q8_rounded(const std::vector<double>& x, bool root) {
+// block of kopt::Impl::q8_block encoded against its own scale (to nearest, or stochastically
+// with the bits of `r`, the array's), decoded (block_q8.hpp's map is checked against an
+// exhaustive search in test_block_q8.cpp).
+inline std::vector<float> q8_rounded(const std::vector<double>& x, bool root,
+                                     const kopt::Impl::ChunkRounding* r) {
   std::vector<float> out(x.begin(), x.end());
   float block[kopt::Impl::q8_block];
   std::vector<unsigned char> codes(kopt::Impl::q8_block_bytes);
   for (std::size_t b = 0; b < out.size(); b += kopt::Impl::q8_block) {
     const int n = static_cast<int>(std::min<std::size_t>(kopt::Impl::q8_block, out.size() - b));
-    kopt::Impl::q8_encode_run(root, out.data() + b, codes.data(), n);
+    kopt::Impl::q8_encode_run(root, out.data() + b, codes.data(), n, r,
+                              static_cast<std::int64_t>(b));
     kopt::Impl::q8_decode_run(root, codes.data(), block, n);
     std::copy(block, block + n, out.begin() + static_cast<std::ptrdiff_t>(b));
   }
@@ -101,10 +104,18 @@ void expect_steps_round_state(const typename Policy::Config& config,
       for (std::size_t k = 0; k < 3; ++k) s[k].assign(before[j].s[k].begin(), before[j].s[k].end());
       std::vector<char> uncertain(n, 0);
       reference_step(t, p, g, s, uncertain);
+      const kopt::Impl::ChunkRounding r{
+          kopt::Impl::rounding_key(
+              kopt::Impl::rounding_stream(storage.seed, "p" + std::to_string(j)), t),
+          0};
+      const bool stochastic = storage.state_rounding == kopt::Rounding::stochastic;
       std::array<std::vector<float>, 3> q8;  // the q8 arrays' expected values
-      for (std::size_t k = 0; k < 3; ++k)
+      for (std::size_t k = 0; k < 3; ++k) {
+        const kopt::Impl::ChunkRounding rk = r.of_array(static_cast<int>(k));
         if (storage.dtype_of(k) == kopt::DType::q8)
-          q8[k] = q8_rounded(s[k], (kopt::Impl::q8_roots_of<Policy>() >> k & 1u) != 0);
+          q8[k] = q8_rounded(s[k], (kopt::Impl::q8_roots_of<Policy>() >> k & 1u) != 0,
+                             stochastic ? &rk : nullptr);
+      }
       for (std::size_t i = 0; i < n; ++i) {
         for (std::size_t k = 0; k < 3; ++k) {
           if ((kept >> k & 1u) == 0) continue;
@@ -126,11 +137,6 @@ void expect_steps_round_state(const typename Policy::Config& config,
             ++total;
             continue;
           }
-          const kopt::Impl::ChunkRounding r{
-              kopt::Impl::rounding_key(
-                  kopt::Impl::rounding_stream(storage.seed, "p" + std::to_string(j)), t),
-              0};
-          const bool stochastic = storage.state_rounding == kopt::Rounding::stochastic;
           const std::int64_t want = state_bits(storage.dtype_of(k), s[k][i], stochastic,
                                                r.array_bits(static_cast<int>(k), i));
           const std::int64_t d =

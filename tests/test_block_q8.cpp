@@ -2,10 +2,13 @@
 // encoded magnitude is the nearest code value (ties to the even code), every block's scale
 // the least power of two its largest magnitude fits under, a block's decoded values encode
 // to the same values again (what makes a checkpoint of decoded values resume bitwise), the
-// round trip is within the documented error, and Inf or NaN poisons its block only.
+// round trip is within the documented error, and Inf or NaN poisons its block only; rounded
+// stochastically, every magnitude gets one of its two neighbouring codes with the documented
+// odds, for all 65,536 random values.
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -69,6 +72,59 @@ void check_codes() {
 TEST(BlockQ8, EveryMagnitudeGetsTheNearestCode) {
   check_codes<false>();
   check_codes<true>();
+}
+
+// Stochastically (StateStorage::state_rounding): y between the values lo < hi of codes c and
+// c + 1 (by search) becomes c for some of the 65,536 random values and c + 1 for the others,
+// for floor(65536 t) of them, t = (y - lo) / (hi - lo), of the squares for a root map (whose
+// decoded values are the squares: each then right in expectation). t is computed here in
+// double, by kopt in float: one value of the bits either way is allowed. A code's own value
+// and the largest stay themselves; NaN gets a code (its block's NaN scale decodes it).
+template <bool Root>
+void check_stochastic_codes() {
+  const std::vector<double> values = code_values<Root>();
+  std::vector<float> ys = {0.0f, static_cast<float>(values.back()),
+                           static_cast<float>(values[1] / 3), std::nanf("")};
+  for (std::size_t c = 0; c + 1 < values.size(); ++c)
+    for (const double at : {0.0, 0.25, 0.5, 0.999})
+      ys.push_back(static_cast<float>(values[c] + at * (values[c + 1] - values[c])));
+  std::mt19937 gen(7);
+  std::uniform_real_distribution<float> unit(0.0f, 1.875f);
+  std::uniform_int_distribution<int> exponent(-24, 0);
+  for (int i = 0; i < 300; ++i) ys.push_back(std::ldexp(unit(gen), exponent(gen)));
+  for (const float y : ys) {
+    if (std::isnan(y)) {
+      EXPECT_LE(Q8Map<Root>::code_stochastic(y, 0), Q8Map<Root>::top);
+      continue;
+    }
+    const std::size_t c = static_cast<std::size_t>(
+        std::upper_bound(values.begin(), values.end(), static_cast<double>(y)) - values.begin() -
+        1);
+    const double lo = values[c], hi = c + 1 < values.size() ? values[c + 1] : lo;
+    const auto q = [](double v) { return Root ? v * v : v; };
+    const double t = hi > lo ? (q(y) - q(lo)) / (q(hi) - q(lo)) : 0.0;
+    const auto want = static_cast<std::int64_t>(std::floor(65536.0 * t));
+    std::int64_t ups = 0, strays = 0;
+    for (std::uint32_t bits = 0; bits < 65536; ++bits) {
+      const std::uint32_t code = Q8Map<Root>::code_stochastic(y, bits);
+      ups += code == c + 1;
+      strays += code != c && code != c + 1;
+    }
+    ASSERT_EQ(strays, 0) << "y = " << y;
+    if (y == lo) {
+      ASSERT_EQ(ups, 0) << "y = " << y << " is a code's value";
+    }
+    ASSERT_LE(std::abs(ups - want), 1) << "y = " << y << ", t = " << t;
+  }
+  // A signed array's code carries the sign; the magnitude's code is rounded alike.
+  for (const std::uint32_t bits : {0u, 30000u, 65535u})
+    EXPECT_EQ(kopt::Impl::q8_encode_stochastic<false>(-0.3f, 1.0f, bits),
+              0x80u | kopt::Impl::q8_encode_stochastic<false>(0.3f, 1.0f, bits));
+}
+
+TEST(BlockQ8, StochasticCodesTakeANeighbourWithTheOddsOfTheirDecodedValues) {
+  check_stochastic_codes<false>();
+  check_stochastic_codes<true>();
 }
 
 template <bool Root>

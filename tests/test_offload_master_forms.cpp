@@ -49,7 +49,10 @@ std::vector<Form> forms() {
            form(MasterStorage::none, DType::bf16, Rounding::stochastic)},
           {"remainder and f32, state rounded stochastically",
            stochastic_state(form(MasterStorage::remainder, DType::bf16)),
-           stochastic_state(form(MasterStorage::f32, DType::f16))}};
+           stochastic_state(form(MasterStorage::f32, DType::f16))},
+          {"none, q8 moments and bf16 state rounded stochastically",
+           stochastic_state(form(MasterStorage::none, DType::q8, Rounding::stochastic)),
+           stochastic_state(form(MasterStorage::none, DType::bf16))}};
 }
 
 std::vector<kopt::AlgorithmConfig> configs() {

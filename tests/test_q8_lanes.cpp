@@ -4,7 +4,8 @@
 // exponent, each side of every rounding boundary, both signs; whole blocks' scales and codes;
 // and narrow_host_loop over q8 arrays (the lanes for whole blocks, the staging for a last
 // partial one) against the scalar pieces composed: each array decoded, fused_element's
-// update, each block encoded. A build without vector extensions runs the staging alone.
+// update, each block encoded (to nearest, and stochastically with the same bits). A build
+// without vector extensions runs the staging alone.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -79,9 +80,29 @@ void expect_encodes_like_the_map() {
   }
 }
 
+// Rounded stochastically: the same floats, each lane with random bits (and the extremes).
+template <bool Root>
+void expect_stochastic_codes_like_the_map() {
+  const std::vector<float> xs = every_exponent();
+  std::mt19937 rng(23);
+  for (const float inv : {1.0f, 0x1p-20f, 0x1p20f, 0x1p-126f, 0x1p126f}) {
+    for (std::size_t i = 0; i + lane_count <= xs.size(); i += lane_count) {
+      LaneU bits;
+      for (int l = 0; l < lane_count; ++l) bits[l] = i % 3 == 0 ? (l % 2) * 65535u : rng() >> 16;
+      const LaneU c = q8_encode_lanes<Root, true>(bits_float(load_lanes(xs.data() + i)), inv, bits);
+      for (int l = 0; l < lane_count; ++l)
+        ASSERT_EQ(c[l],
+                  static_cast<std::uint32_t>(q8_encode_stochastic<Root>(xs[i + l], inv, bits[l])))
+            << "x " << xs[i + l] << ", inv " << inv << ", bits " << bits[l];
+    }
+  }
+}
+
 TEST(Q8Lanes, FloatsOfEveryExponentEncodeAsTheMapDoes) {
   expect_encodes_like_the_map<false>();
   expect_encodes_like_the_map<true>();
+  expect_stochastic_codes_like_the_map<false>();
+  expect_stochastic_codes_like_the_map<true>();
 }
 
 // Blocks of values spread over 12 decades, one with zeros alone, one with an Inf, one with
@@ -103,6 +124,11 @@ void expect_blocks_like_the_runs() {
     q8_encode_block<Root>(in.data(), lanes.data());
     q8_encode_run<Root>(in.data(), run.data(), q8_block);
     EXPECT_EQ(lanes, run) << "block " << b;
+    // Stochastically, with the bits of a param's elements past 2^32 (the high word carried).
+    const ChunkRounding r{rounding_key(0x5eed, b), (std::int64_t{1} << 32) - 100};
+    q8_encode_block<Root>(in.data(), lanes.data(), &r, 40);
+    q8_encode_run<Root>(in.data(), run.data(), q8_block, &r, 40);
+    EXPECT_EQ(lanes, run) << "block " << b << ", stochastic";
   }
 }
 
@@ -120,18 +146,21 @@ struct Streams {
   std::vector<std::vector<unsigned char>> s{3};  // each array's bytes in its dtype
 };
 
-// Array k of n elements holding `values` in dtype d.of[k].
-std::vector<unsigned char> stored(const StateDTypes& d, int k, const std::vector<float>& values) {
+// Array k of n elements holding `values` in dtype d.of[k] (rounded as d says, with r's bits).
+std::vector<unsigned char> stored(const StateDTypes& d, int k, const std::vector<float>& values,
+                                  const ChunkRounding& r = {}) {
   const auto n = static_cast<std::int64_t>(values.size());
   if (d.of[k] == DType::q8) {
     std::vector<unsigned char> bytes(static_cast<std::size_t>(q8_bytes(n)));
+    const ChunkRounding rk = r.of_array(k);
     for (std::int64_t i = 0; i < n; i += q8_block)
       q8_encode_run(d.root(k), values.data() + i, q8_block_of(bytes.data(), i),
-                    static_cast<int>(std::min<std::int64_t>(q8_block, n - i)));
+                    static_cast<int>(std::min<std::int64_t>(q8_block, n - i)),
+                    d.stochastic ? &rk : nullptr, i);
     return bytes;
   }
   std::vector<unsigned char> bytes(static_cast<std::size_t>(n) * (d.of[k] == DType::f32 ? 4 : 2));
-  for (std::int64_t i = 0; i < n; ++i) d.store(k, bytes.data(), i, values[i], {});
+  for (std::int64_t i = 0; i < n; ++i) d.store(k, bytes.data(), i, values[i], r);
   return bytes;
 }
 
@@ -171,13 +200,14 @@ void reference_step(Streams<ParamT, MasterT>& s, const StateDTypes& d,
         r);
   constexpr unsigned kept = AdamPolicy::arrays_of(V);
   for (int k = 0; k < 3; ++k)
-    if ((kept >> k & 1u) != 0) s.s[k] = stored(d, k, f[k]);
+    if ((kept >> k & 1u) != 0) s.s[k] = stored(d, k, f[k], r);
 }
 
-StateDTypes dtypes(DType m, DType v, DType vmax) {
+StateDTypes dtypes(DType m, DType v, DType vmax, bool stochastic = false) {
   StateDTypes d;
   d.of[0] = m, d.of[1] = v, d.of[2] = vmax;
   d.roots = AdamConfig::q8_square_arrays;
+  d.stochastic = stochastic;
   return d;
 }
 
@@ -188,7 +218,8 @@ void expect_loop_like_the_pieces(const AdamConfig& config) {
   visit_variant<AdamPolicy>(AdamPolicy::variant(config), [&](auto v) {
     constexpr int V = decltype(v)::value;
     for (const StateDTypes d :
-         {dtypes(q8, q8, q8), dtypes(q8, f32, f32), dtypes(bf16, q8, q8), dtypes(q8, bf16, q8)}) {
+         {dtypes(q8, q8, q8), dtypes(q8, f32, f32), dtypes(bf16, q8, q8), dtypes(q8, bf16, q8),
+          dtypes(q8, q8, q8, true), dtypes(q8, bf16, q8, true), dtypes(bf16, q8, f32, true)}) {
       for (const std::int64_t n : {0, 1, 17, 255, 256, 257, 1000, 4096 + 256 + 31}) {
         auto loop = random_streams<ParamT, MasterT>(n, d, static_cast<unsigned>(n));
         auto pieces = loop;
@@ -208,7 +239,7 @@ void expect_loop_like_the_pieces(const AdamConfig& config) {
         EXPECT_TRUE(same(loop.param, pieces.param) && same(loop.master, pieces.master) &&
                     loop.s == pieces.s)
             << "variant " << V << ", dtypes " << name_of(d.of[0]) << " " << name_of(d.of[1]) << " "
-            << name_of(d.of[2]) << ", " << n << " elements";
+            << name_of(d.of[2]) << (d.stochastic ? " stochastic" : "") << ", " << n << " elements";
       }
     }
   });

@@ -110,23 +110,26 @@ TEST(TeamPaths, EveryAlgorithmAndDtypePairStepsBitwiseLikeTheHostPath) {
 // Muon and Adafactor with remainders, and rounding stochastically into their params; Adam's
 // q8 arrays (a team encodes each block together): all three with amsgrad, and q8 exp_avg
 // beside bf16 exp_avg_sq over remainders; bf16 and f16 arrays rounded stochastically (Adam
-// with amsgrad over remainders, SGD momentum without masters).
+// with amsgrad over remainders, SGD momentum without masters), and q8 ones (Adam with
+// amsgrad, a bf16 max_exp_avg_sq).
 TEST(TeamPaths, EveryStorageFormStepsBitwiseLikeTheHostPath) {
-  const std::vector<kopt::AlgorithmConfig> configs = {kopt::AdamConfig{.lr = 1e-2},
-                                                      kopt::AdamConfig{.lr = 1e-2, .amsgrad = true},
-                                                      kopt::SgdConfig{.lr = 0.05, .momentum = 0.9},
-                                                      kopt::LionConfig{.lr = 1e-3},
-                                                      kopt::AdamConfig{.lr = 1e-2},
-                                                      kopt::LambConfig{.lr = 1e-2},
-                                                      kopt::LambConfig{.lr = 1e-2},
-                                                      kopt::MuonConfig{.lr = 1e-2},
-                                                      kopt::MuonConfig{.lr = 1e-2},
-                                                      kopt::AdafactorConfig{},
-                                                      kopt::AdafactorConfig{},
-                                                      kopt::AdamConfig{.lr = 1e-2, .amsgrad = true},
-                                                      kopt::AdamConfig{.lr = 1e-2},
-                                                      kopt::AdamConfig{.lr = 1e-2, .amsgrad = true},
-                                                      kopt::SgdConfig{.lr = 0.05, .momentum = 0.9}};
+  const std::vector<kopt::AlgorithmConfig> configs = {
+      kopt::AdamConfig{.lr = 1e-2},
+      kopt::AdamConfig{.lr = 1e-2, .amsgrad = true},
+      kopt::SgdConfig{.lr = 0.05, .momentum = 0.9},
+      kopt::LionConfig{.lr = 1e-3},
+      kopt::AdamConfig{.lr = 1e-2},
+      kopt::LambConfig{.lr = 1e-2},
+      kopt::LambConfig{.lr = 1e-2},
+      kopt::MuonConfig{.lr = 1e-2},
+      kopt::MuonConfig{.lr = 1e-2},
+      kopt::AdafactorConfig{},
+      kopt::AdafactorConfig{},
+      kopt::AdamConfig{.lr = 1e-2, .amsgrad = true},
+      kopt::AdamConfig{.lr = 1e-2},
+      kopt::AdamConfig{.lr = 1e-2, .amsgrad = true},
+      kopt::SgdConfig{.lr = 0.05, .momentum = 0.9},
+      kopt::AdamConfig{.lr = 1e-2, .amsgrad = true}};
   kopt::StateStorage mixed{.master = MasterStorage::remainder, .arrays = DType::bf16};
   mixed.array_dtypes[1] = DType::f32;
   kopt::StateStorage q8_m{.master = MasterStorage::remainder, .arrays = DType::bf16};
@@ -160,7 +163,11 @@ TEST(TeamPaths, EveryStorageFormStepsBitwiseLikeTheHostPath) {
        .arrays = DType::f16,
        .rounding = kopt::Rounding::stochastic,
        .seed = 10,
-       .state_rounding = kopt::Rounding::stochastic}};
+       .state_rounding = kopt::Rounding::stochastic},
+      {.arrays = DType::q8,  // q8 codes rounded stochastically, beside a bf16 max_exp_avg_sq
+       .seed = 11,
+       .state_rounding = kopt::Rounding::stochastic,
+       .array_dtypes = {std::nullopt, std::nullopt, DType::bf16}}};
   std::vector<ParamDef> defs;
   const std::size_t sizes[] = {8199, 17, 1};
   for (std::size_t g = 0; g < configs.size(); ++g)
@@ -176,18 +183,25 @@ TEST(TeamPaths, EveryStorageFormStepsBitwiseLikeTheHostPath) {
 // On a build with a device, the same training with every param in the device's memory and
 // in the host's: the device passes that sum in the host's order (LAMB's block sums in a
 // shuffle tree, Adafactor's statistics and norms, kopt/impl/item_lanes.hpp) and q8 blocks a
-// warp each give the host path's bits. Without a device both runs are the host's.
+// warp each (to nearest, and stochastically) give the host path's bits. Without a device both runs
+// are the host's.
 TEST(TeamPaths, DeviceParamsStepBitwiseLikeHostParams) {
   const std::vector<kopt::AlgorithmConfig> configs = {
       kopt::LambConfig{.lr = 1e-2}, kopt::AdafactorConfig{.lr = 2e-2},
-      kopt::AdamConfig{.lr = 1e-2, .amsgrad = true}, kopt::AdamConfig{.lr = 1e-2}};
+      kopt::AdamConfig{.lr = 1e-2, .amsgrad = true}, kopt::AdamConfig{.lr = 1e-2},
+      kopt::AdamConfig{.lr = 1e-2}};
   kopt::StateStorage q8_m{.master = MasterStorage::remainder, .arrays = DType::bf16};
   q8_m.array_dtypes[0] = DType::q8;
-  const std::vector<kopt::StateStorage> storage = {{}, {}, {.arrays = DType::q8}, q8_m};
+  kopt::StateStorage q8_stochastic = q8_m;  // each code from a warp's own bits
+  q8_stochastic.array_dtypes[1] = DType::q8;
+  q8_stochastic.seed = 12;
+  q8_stochastic.state_rounding = kopt::Rounding::stochastic;
+  const std::vector<kopt::StateStorage> storage = {
+      {}, {}, {.arrays = DType::q8}, q8_m, q8_stochastic};
   std::vector<ParamDef> host = every_dtype_pair(configs.size());
   for (ParamDef& d : host) {
     d.on_device = false;
-    if (d.group == 3) d.param = DType::bf16;  // remainders are of bf16 params
+    if (d.group >= 3) d.param = DType::bf16;  // remainders are of bf16 params
   }
   std::vector<ParamDef> device = host;
   for (ParamDef& d : device) d.on_device = true;

@@ -124,12 +124,12 @@ kopt_status kopt_groups_set_master(kopt_groups* groups, size_t group, const char
  * bits derive from seed, step, param name and element index alone). */
 kopt_status kopt_groups_set_rounding(kopt_groups* groups, size_t group, const char* rounding,
                                      uint64_t seed);
-/* How group `group` rounds each step's new state into its bf16 and f16 arrays
+/* How group `group` rounds each step's new state into its bf16, f16 and q8 arrays
  * (kopt::StateStorage::state_rounding): "nearest" (the default; seed must be 0) or
  * "stochastic" (each store right in expectation, the bits from seed, step, param name, array
  * and element index alone). Any master form; set the state dtypes first: a group whose
- * arrays are all KOPT_F32, or any KOPT_Q8, is refused. A group has one seed, the last
- * stochastic call's (this one's or kopt_groups_set_rounding's). */
+ * arrays are all KOPT_F32 is refused (it would round nothing). A group has one seed, the
+ * last stochastic call's (this one's or kopt_groups_set_rounding's). */
 kopt_status kopt_groups_set_state_rounding(kopt_groups* groups, size_t group, const char* rounding,
                                            uint64_t seed);
 /* The element type of group `group`'s state arrays (kopt::StateStorage::arrays): KOPT_F32

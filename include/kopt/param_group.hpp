@@ -79,11 +79,11 @@ class ParamGroup {
   /// set_master(none), which a later set_master to another form resets): Rounding::
   /// stochastic with `seed`, or nearest (seed 0). Returns *this for chaining.
   ParamGroup& set_rounding(Rounding rounding, std::uint64_t seed = 0);
-  /// How the group rounds each step's new state into its bf16 and f16 arrays
+  /// How the group rounds each step's new state into its bf16, f16 and q8 arrays
   /// (StateStorage::state_rounding): Rounding::stochastic with `seed`, or nearest (the
   /// default; seed 0). Any master form; set the state dtypes first (a group whose arrays are
-  /// all f32, or any q8, is refused). A group has one seed: the last stochastic call's, for
-  /// its params and its arrays alike (each draws bits of its own). Returns *this.
+  /// all f32 is refused: it would round nothing). A group has one seed: the last stochastic
+  /// call's, for its params and its arrays alike (each draws bits of its own). Returns *this.
   ParamGroup& set_state_rounding(Rounding rounding, std::uint64_t seed = 0);
   Rounding state_rounding() const { return storage_.state_rounding; }
   /// The element type of every state array of the algorithm (StateStorage::arrays; default

@@ -71,7 +71,7 @@ inline constexpr std::size_t max_state_arrays = 3;
 /// quarter of the true v under steady grads (steps ~2x AdamW's), and an f16 v stays 0 where
 /// (1 - beta2) g^2 is below 6e-8 (|grad| below ~5e-3; README, "What narrow storage does to
 /// Adam's second moment"). Rounded stochastically (`state_rounding`), each store is right in
-/// expectation and a 16-bit average follows the fp32 one, noisily, instead of stalling.
+/// expectation and a 16- or 8-bit average follows the fp32 one, noisily, instead of stalling.
 struct StateStorage {
   MasterStorage master = MasterStorage::f32;
   /// The element type of every state array without an entry in `array_dtypes`: DType::f32
@@ -83,9 +83,9 @@ struct StateStorage {
   /// Rounding::stochastic only (in `rounding` or `state_rounding`; else 0): the seed of
   /// its random bits, one per group.
   std::uint64_t seed = 0;
-  /// How each step's new state is rounded into its bf16 and f16 arrays: to nearest even
-  /// (default), or stochastically (Rounding::stochastic; not for q8 arrays, whose blocks are
-  /// encoded to nearest). f32 arrays are stored as computed. Any master form.
+  /// How each step's new state is rounded into its bf16, f16 and q8 arrays: to nearest
+  /// (even; default), or stochastically (Rounding::stochastic: q8 codes too, each between
+  /// its block's two neighbouring codes). f32 arrays are stored as computed. Any master form.
   Rounding state_rounding = Rounding::nearest;
   /// Per-array element types, by the algorithm's array index (AdamConfig::state_array_names:
   /// exp_avg, exp_avg_sq, max_exp_avg_sq; set by name with ParamGroup::set_state_dtype);

@@ -273,17 +273,16 @@ TEST(NoMasterZero, ShardedRunsWithoutMastersMatchOneProcessBitwise) {
   kopt::HybridOptions options;
   options.max_grad_norm = 5.0;
   for (const kopt::Rounding rounding : {kopt::Rounding::nearest, kopt::Rounding::stochastic})
-    for (const DType arrays : {DType::f32, DType::bf16})
+    for (const DType arrays : {DType::f32, DType::bf16, DType::q8})
       for (const kopt::ZeroStage stage : {kopt::ZeroStage::one, kopt::ZeroStage::two}) {
         const bool two = stage == kopt::ZeroStage::two;
-        SCOPED_TRACE(std::string(kopt::name_of(rounding)) +
-                     (arrays == DType::bf16 ? ", bf16 state" : "") +
-                     (two ? ", ZeRO-2" : ", ZeRO-1"));
+        SCOPED_TRACE(std::string(kopt::name_of(rounding)) + ", " + kopt::name_of(arrays) +
+                     " state" + (two ? ", ZeRO-2" : ", ZeRO-1"));
         const kopt::AlgorithmConfig config = kopt::AdamConfig{.lr = 1e-3};
         const std::uint64_t seed = rounding == kopt::Rounding::stochastic ? 7 : 0;
-        // Stochastic with bf16 state: the arrays rounded stochastically too (their bits keyed
-        // by each element's index in the whole tensor, whatever the shard).
-        const bool state = rounding == kopt::Rounding::stochastic && arrays == DType::bf16;
+        // Stochastic with bf16 or q8 state: the arrays rounded stochastically too (their bits
+        // keyed by each element's index in the whole tensor, whatever the shard).
+        const bool state = rounding == kopt::Rounding::stochastic && arrays != DType::f32;
         const std::vector<kopt::StateStorage> storage = {
             {.master = kopt::MasterStorage::none,
              .arrays = arrays,

@@ -23,6 +23,10 @@
 /// Encoding is integer arithmetic on the float's bits, rounding to nearest even, the same on
 /// every backend, with no table to search (bitsandbytes' dynamic map needs a binary search
 /// per element, which on a CPU costs more than the memory traffic it saves).
+/// Stochastic rounding (StateStorage::state_rounding): a value between two codes takes the
+/// upper one with probability (its distance above the lower) / (the codes' distance), the
+/// distances of stored values (for root arrays, of the squares), so the decoded value is
+/// right in expectation; the odds are resolved to 16 random bits.
 ///
 /// Scale: 2^E with E the least integer such that the block's largest magnitude is at most
 /// the largest code value (1.875, E4M3; 1.9375, E4M4) times 2^E, E in [-126, 127]. A block
@@ -32,6 +36,7 @@
 #include <cstdint>
 #include <kopt/compat.hpp>
 #include <kopt/impl/q8_layout.hpp>
+#include <kopt/impl/stochastic_rounding.hpp>
 #include <kopt/storage_types.hpp>
 
 namespace kopt::Impl {
@@ -87,6 +92,36 @@ struct Q8Map {
     return c > top ? top : c;
   }
 
+  /// |y|'s code rounded towards zero, at most `top`: y's dropped bits cut (normal codes),
+  /// or y in subnormal steps, truncated (an exact power-of-two scaling).
+  KOKKOS_FORCEINLINE_FUNCTION static std::uint32_t code_down(float y) {
+    const std::uint32_t ay = float_bits(y) & 0x7fffffffu;
+    const bool tiny = ay < 0x38800000u;
+    const std::uint32_t norm = (ay >> drop) - (112u << mantissa);
+    constexpr float per_step = static_cast<float>(1u << (14u + mantissa));
+    const auto sub = static_cast<std::uint32_t>(bits_float(tiny ? ay : 0u) * per_step);
+    const std::uint32_t c = tiny ? sub : norm;
+    return c > top ? top : c;
+  }
+
+  /// The 16-bit threshold of y between the values lo < hi of neighbouring codes: floor(2^16
+  /// t), t = (y - lo) / (hi - lo), of the squares for a root array (its stored values are
+  /// squared: rounding them so keeps the decoded value right in expectation). 0 for NaN.
+  KOKKOS_FORCEINLINE_FUNCTION static std::uint32_t threshold(float y, float lo, float hi) {
+    const float t = Root ? (y * y - lo * lo) / (hi * hi - lo * lo) : (y - lo) / (hi - lo);
+    const float scaled = t * 65536.0f;
+    return scaled > 0.0f ? static_cast<std::uint32_t>(scaled < 65536.0f ? scaled : 65536.0f) : 0u;
+  }
+
+  /// |y|'s code rounded stochastically: code_down(y), one more when `bits` (uniform in
+  /// [0, 65536)) is below its threshold; at most `top`.
+  KOKKOS_FORCEINLINE_FUNCTION static std::uint32_t code_stochastic(float y, std::uint32_t bits) {
+    const float a = bits_float(float_bits(y) & 0x7fffffffu);
+    const std::uint32_t c = code_down(a);
+    const std::uint32_t up = bits < threshold(a, value(c), value(c + 1u)) ? 1u : 0u;
+    return c + up > top ? top : c + up;
+  }
+
   /// The scale of a block whose largest magnitude (stored value: the root for Root arrays)
   /// has bits `amax` (sign cleared): the least 2^E with amax <= top value x 2^E.
   KOKKOS_FORCEINLINE_FUNCTION static float scale(std::uint32_t amax) {
@@ -119,6 +154,19 @@ KOKKOS_FORCEINLINE_FUNCTION std::uint8_t q8_encode(float x, float inv) {
   }
 }
 
+/// q8_encode rounded stochastically with the 16 random bits `bits`.
+template <bool Root>
+KOKKOS_FORCEINLINE_FUNCTION std::uint8_t q8_encode_stochastic(float x, float inv,
+                                                              std::uint32_t bits) {
+  if constexpr (Root) {
+    const float y = KOPT_SQRT(x < 0.0f ? 0.0f : x) * inv;
+    return static_cast<std::uint8_t>(Q8Map<true>::code_stochastic(y, bits));
+  } else {
+    const std::uint32_t sign = (float_bits(x) >> 24) & 0x80u;
+    return static_cast<std::uint8_t>(sign | Q8Map<false>::code_stochastic(x * inv, bits));
+  }
+}
+
 /// The scale of a block of values whose largest magnitude (the largest value, for Root
 /// arrays, whose elements are never negative) has bits `amax`.
 template <bool Root>
@@ -136,17 +184,22 @@ KOPT_LOOP_FUNCTION void q8_decode_run(const unsigned char* KOPT_RESTRICT block,
 }
 
 /// Stores in[0, n) as `block` (n <= q8_block): the scale of their largest magnitude, then
-/// each code. Codes past n (a param's last, partial block) are left as they are.
+/// each code, to nearest, or (r not null: the array's rounding) stochastically with the bits
+/// of element i + j. Codes past n (a param's last, partial block) are left as they are.
 template <bool Root>
 KOPT_LOOP_FUNCTION void q8_encode_run(const float* KOPT_RESTRICT in,
-                                      unsigned char* KOPT_RESTRICT block, int n) {
+                                      unsigned char* KOPT_RESTRICT block, int n,
+                                      const ChunkRounding* r = nullptr, std::int64_t i = 0) {
   std::uint32_t amax = 0;  // bit patterns of magnitudes order as the values, NaN above Inf
   for (int j = 0; j < n; ++j) {
     const std::uint32_t a = float_bits(in[j]) & 0x7fffffffu;
     amax = a > amax ? a : amax;
   }
   const float scale = q8_scale<Root>(amax), inv = 1.0f / scale;
-  for (int j = 0; j < n; ++j) block[j] = q8_encode<Root>(in[j], inv);
+  if (r == nullptr)
+    for (int j = 0; j < n; ++j) block[j] = q8_encode<Root>(in[j], inv);
+  else
+    for (int j = 0; j < n; ++j) block[j] = q8_encode_stochastic<Root>(in[j], inv, r->bits(i + j));
   std::memcpy(block + q8_block, &scale, sizeof scale);
 }
 
@@ -155,8 +208,9 @@ KOKKOS_INLINE_FUNCTION void q8_decode_run(bool root, const unsigned char* block,
                                           int n) {
   root ? q8_decode_run<true>(block, out, n) : q8_decode_run<false>(block, out, n);
 }
-KOKKOS_INLINE_FUNCTION void q8_encode_run(bool root, const float* in, unsigned char* block, int n) {
-  root ? q8_encode_run<true>(in, block, n) : q8_encode_run<false>(in, block, n);
+KOKKOS_INLINE_FUNCTION void q8_encode_run(bool root, const float* in, unsigned char* block, int n,
+                                          const ChunkRounding* r = nullptr, std::int64_t i = 0) {
+  root ? q8_encode_run<true>(in, block, n, r, i) : q8_encode_run<false>(in, block, n, r, i);
 }
 
 }  // namespace kopt::Impl

@@ -60,7 +60,7 @@ struct StateDTypes {
   }
   /// Element i of array k (at `s`) = v, rounded to nearest even, or stochastically with
   /// the bits `r` gives the array's element i. Not for q8 arrays, whose blocks are encoded
-  /// whole (q8_encode_run).
+  /// whole (q8_encode_run, with the same bits).
   KOKKOS_FORCEINLINE_FUNCTION void store(int k, void* s, std::int64_t i, float v,
                                          const ChunkRounding& r) const {
     switch (of[k]) {
@@ -141,17 +141,20 @@ KOPT_LOOP_FUNCTION void round_run_stochastic(const float* KOPT_RESTRICT in, T* K
 }
 
 /// Writes `scratch` (stage_in's) back into elements [i, i + n) of array k of `d` (16-bit:
-/// rounded as d says, with `r`'s bits), or encodes it as the q8 block starting at i.
+/// rounded as d says, with `r`'s bits), or encodes it as the q8 block starting at i (to
+/// nearest, or stochastically with the same bits).
 KOKKOS_INLINE_FUNCTION void stage_out(const StateDTypes& d, int k, void* s, std::int64_t i, int n,
                                       const float* scratch, const ChunkRounding& r) {
   const DType dtype = d.of[k];
-  if (dtype == DType::q8) q8_encode_run(d.root(k), scratch, q8_block_of(s, i), n);
+  const ChunkRounding rk = r.of_array(k);
+  if (dtype == DType::q8)
+    q8_encode_run(d.root(k), scratch, q8_block_of(s, i), n, d.stochastic ? &rk : nullptr, i);
   if (dtype == DType::bf16 && d.stochastic)
-    round_run_stochastic(scratch, static_cast<bfloat16*>(s) + i, n, r.of_array(k), i);
+    round_run_stochastic(scratch, static_cast<bfloat16*>(s) + i, n, rk, i);
   else if (dtype == DType::bf16)
     round_run(scratch, static_cast<bfloat16*>(s) + i, n);
   if (dtype == DType::f16 && d.stochastic)
-    round_run_stochastic(scratch, static_cast<float16*>(s) + i, n, r.of_array(k), i);
+    round_run_stochastic(scratch, static_cast<float16*>(s) + i, n, rk, i);
   else if (dtype == DType::f16)
     round_run(scratch, static_cast<float16*>(s) + i, n);
 }

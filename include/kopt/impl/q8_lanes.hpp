@@ -54,17 +54,22 @@ KOKKOS_FORCEINLINE_FUNCTION LaneU pick(LaneI select, LaneU yes, LaneU no) {
   return select ? yes : no;
 }
 
-/// q8_decode<Root> of each lane's code (scale: the block's).
+/// Q8Map<Root>::value_bits of each lane's magnitude code c (at most 2^(4 + mantissa)).
 template <bool Root>
-KOKKOS_FORCEINLINE_FUNCTION LaneF q8_decode_lanes(LaneU code, float scale) {
+KOKKOS_FORCEINLINE_FUNCTION LaneU q8_value_lanes(LaneU c) {
   using Map = Q8Map<Root>;
-  const LaneU c = code & (Root ? 0xffu : 0x7fu);  // the magnitude's code
   // A normal code: its exponent and mantissa bits in the float's, the exponent rebiased.
   const LaneU normal = (c << Map::drop) + (112u << 23);
   // A subnormal one, f x 2^-(14 + mantissa): f's conversion, exact, scaled by a power of 2.
   constexpr float step = 1.0f / static_cast<float>(1u << (14u + Map::mantissa));
   const LaneF sub = __builtin_convertvector(std::bit_cast<LaneI>(c), LaneF) * step;
-  const LaneU bits = pick(c >= (1u << Map::mantissa), normal, float_bits(sub));
+  return pick(c >= (1u << Map::mantissa), normal, float_bits(sub));
+}
+
+/// q8_decode<Root> of each lane's code (scale: the block's).
+template <bool Root>
+KOKKOS_FORCEINLINE_FUNCTION LaneF q8_decode_lanes(LaneU code, float scale) {
+  const LaneU bits = q8_value_lanes<Root>(code & (Root ? 0xffu : 0x7fu));
   if constexpr (Root) {
     const LaneF r = bits_float(bits) * scale;
     return r * r;
@@ -87,14 +92,44 @@ KOKKOS_FORCEINLINE_FUNCTION LaneU q8_code_lanes(LaneF y) {
   return c > Map::top ? LaneU{} + Map::top : c;
 }
 
-/// q8_encode<Root> of each lane (inv: 1 / the block's scale).
+/// Q8Map<Root>::code_stochastic of each lane of y with its 16 random bits: the same
+/// expressions, lane by lane (the truncating conversion exact: below 2^mantissa).
 template <bool Root>
-KOKKOS_FORCEINLINE_FUNCTION LaneU q8_encode_lanes(LaneF x, float inv) {
+KOKKOS_FORCEINLINE_FUNCTION LaneU q8_code_lanes_stochastic(LaneF x, LaneU bits) {
+  using Map = Q8Map<Root>;
+  const LaneU ay = float_bits(x) & 0x7fffffffu;
+  const LaneF y = bits_float(ay);
+  const LaneI tiny = ay < 0x38800000u;
+  const LaneU norm = (ay >> Map::drop) - (112u << Map::mantissa);
+  constexpr float per_step = static_cast<float>(1u << (14u + Map::mantissa));
+  const LaneF below = bits_float(pick(tiny, ay, LaneU{})) * per_step;
+  const LaneU sub = std::bit_cast<LaneU>(__builtin_convertvector(below, LaneI));
+  LaneU c = pick(tiny, sub, norm);
+  c = c > Map::top ? LaneU{} + Map::top : c;
+  const LaneF lo = bits_float(q8_value_lanes<Root>(c)),
+              hi = bits_float(q8_value_lanes<Root>(c + 1u));
+  const LaneF t = Root ? (y * y - lo * lo) / (hi * hi - lo * lo) : (y - lo) / (hi - lo);
+  const LaneF scaled = t * 65536.0f;
+  const LaneF kept = bits_float(pick(scaled < 65536.0f, float_bits(scaled), LaneU{} + 0x47800000u));
+  const LaneU threshold =
+      pick(scaled > 0.0f, std::bit_cast<LaneU>(__builtin_convertvector(kept, LaneI)), LaneU{});
+  c += pick(bits < threshold, LaneU{} + 1u, LaneU{});
+  return c > Map::top ? LaneU{} + Map::top : c;
+}
+
+/// q8_encode<Root> of each lane (inv: 1 / the block's scale), or q8_encode_stochastic with
+/// the lanes' bits `bits` (`Stochastic`).
+template <bool Root, bool Stochastic = false>
+KOKKOS_FORCEINLINE_FUNCTION LaneU q8_encode_lanes(LaneF x, float inv, LaneU bits = LaneU{}) {
+  const auto code = [&](LaneF y) {
+    if constexpr (Stochastic) return q8_code_lanes_stochastic<Root>(y, bits);
+    return q8_code_lanes<Root>(y);
+  };
   if constexpr (Root) {
     const LaneF y = bits_float(pick(x < 0.0f, LaneU{}, float_bits(x)));
-    return q8_code_lanes<true>(sqrt_rn(y) * inv);
+    return code(sqrt_rn(y) * inv);
   } else {
-    return ((float_bits(x) >> 24) & 0x80u) | q8_code_lanes<false>(x * inv);
+    return ((float_bits(x) >> 24) & 0x80u) | code(x * inv);
   }
 }
 
@@ -118,10 +153,11 @@ KOKKOS_FORCEINLINE_FUNCTION void store_code_lanes(unsigned char* at, const LaneU
 #endif
 }
 
-/// q8_encode_run<Root>(in, block, q8_block): a whole block from its values.
+/// q8_encode_run<Root>(in, block, q8_block, r, i): a whole block from its values.
 template <bool Root>
 KOPT_LOOP_FUNCTION void q8_encode_block(const float* KOPT_RESTRICT in,
-                                        unsigned char* KOPT_RESTRICT block) {
+                                        unsigned char* KOPT_RESTRICT block,
+                                        const ChunkRounding* r = nullptr, std::int64_t i = 0) {
   static_assert(q8_block % (4 * lane_count) == 0);
   LaneU top{};  // bit patterns of magnitudes order as the values, NaN above Inf
   for (int j = 0; j < q8_block; j += lane_count) {
@@ -133,8 +169,12 @@ KOPT_LOOP_FUNCTION void q8_encode_block(const float* KOPT_RESTRICT in,
   const float scale = q8_scale<Root>(amax), inv = 1.0f / scale;
   for (int j = 0; j < q8_block; j += 4 * lane_count) {
     LaneU c[4];
-    for (int q = 0; q < 4; ++q)
-      c[q] = q8_encode_lanes<Root>(bits_float(load_lanes(in + j + q * lane_count)), inv);
+    for (int q = 0; q < 4; ++q) {
+      const LaneF x = bits_float(load_lanes(in + j + q * lane_count));
+      c[q] = r == nullptr ? q8_encode_lanes<Root>(x, inv)
+                          : q8_encode_lanes<Root, true>(
+                                x, inv, rounding_lanes(*r, i + j + q * lane_count, 1, 0));
+    }
     store_code_lanes(block + j, c);
   }
   std::memcpy(block + q8_block, &scale, sizeof scale);
@@ -146,26 +186,31 @@ KOPT_LOOP_FUNCTION void q8_encode_block(const float* KOPT_RESTRICT in,
 struct Q8BlockArrays {
   void* at[3];
   StateDTypes d;
+  ChunkRounding r;  ///< the bits of stochastic stores
   std::int64_t first;
   float* scratch[3];
   float scale[3];
+
+  KOKKOS_FORCEINLINE_FUNCTION NarrowArrays narrow() const {
+    return NarrowArrays{{at[0], at[1], at[2]}, d, r};
+  }
 
   KOKKOS_FORCEINLINE_FUNCTION bool q8(int k) const { return d.of[k] == DType::q8; }
   KOKKOS_FORCEINLINE_FUNCTION const unsigned char* codes(int k) const {
     return q8_block_of(at[k], first);
   }
   KOKKOS_FORCEINLINE_FUNCTION LaneF load(int k, std::int64_t i) const {
-    if (!q8(k)) return NarrowArrays{{at[0], at[1], at[2]}, d, ChunkRounding{}}.load(k, i);
+    if (!q8(k)) return narrow().load(k, i);
     const LaneU c = load_code_lanes(codes(k) + (i - first));
     return d.root(k) ? q8_decode_lanes<true>(c, scale[k]) : q8_decode_lanes<false>(c, scale[k]);
   }
   KOKKOS_FORCEINLINE_FUNCTION void store(int k, std::int64_t i, LaneF x) const {
-    if (!q8(k)) return NarrowArrays{{at[0], at[1], at[2]}, d, ChunkRounding{}}.store(k, i, x);
+    if (!q8(k)) return narrow().store(k, i, x);
     store_lanes(scratch[k] + (i - first), float_bits(x));
   }
   /// A q8 array's block ahead is asked for once per block (q8_lanes_blocks).
   KOKKOS_FORCEINLINE_FUNCTION void prefetch(int k, std::int64_t i) const {
-    if (!q8(k)) NarrowArrays{{at[0], at[1], at[2]}, d, ChunkRounding{}}.prefetch(k, i);
+    if (!q8(k)) narrow().prefetch(k, i);
   }
 };
 
@@ -184,7 +229,7 @@ KOPT_LOOP_FUNCTION std::int64_t q8_lanes_blocks(std::int64_t begin, std::int64_t
   alignas(64) float scratch[3][q8_block];
   std::int64_t i = begin;
   for (; i + q8_block <= end; i += q8_block) {
-    Q8BlockArrays arrays{{at[0], at[1], at[2]}, d, i, {scratch[0], scratch[1], scratch[2]}, {}};
+    Q8BlockArrays arrays{{at[0], at[1], at[2]}, d, r, i, {scratch[0], scratch[1], scratch[2]}, {}};
     for (int k = 0; k < 3; ++k) {
       if ((kept >> k & 1u) == 0 || !arrays.q8(k)) continue;
       arrays.scale[k] = q8_scale_of(arrays.codes(k));
@@ -196,8 +241,10 @@ KOPT_LOOP_FUNCTION std::int64_t q8_lanes_blocks(std::int64_t begin, std::int64_t
     for (int k = 0; k < 3; ++k) {
       if ((kept >> k & 1u) == 0 || !arrays.q8(k)) continue;
       auto* block = q8_block_of(at[k], i);
-      d.root(k) ? q8_encode_block<true>(scratch[k], block)
-                : q8_encode_block<false>(scratch[k], block);
+      const ChunkRounding rk = r.of_array(k);
+      const ChunkRounding* stochastic = d.stochastic ? &rk : nullptr;
+      d.root(k) ? q8_encode_block<true>(scratch[k], block, stochastic, i)
+                : q8_encode_block<false>(scratch[k], block, stochastic, i);
     }
   }
   return i;

@@ -154,7 +154,13 @@ struct FusedUpdateFunctor {
         const float inv = 1.0f / scale;
         Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, n), [&](const int j) {
           const float x = held(k * q8_block + j);
-          block[j] = root ? q8_encode<true>(x, inv) : q8_encode<false>(x, inv);
+          if (dtypes_.stochastic) {
+            const std::uint32_t bits = r.array_bits(k, b + j);
+            block[j] = root ? q8_encode_stochastic<true>(x, inv, bits)
+                            : q8_encode_stochastic<false>(x, inv, bits);
+          } else {
+            block[j] = root ? q8_encode<true>(x, inv) : q8_encode<false>(x, inv);
+          }
         });
         Kokkos::single(Kokkos::PerThread(team),
                        [&] { std::memcpy(block + q8_block, &scale, sizeof scale); });
