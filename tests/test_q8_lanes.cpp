@@ -1,11 +1,12 @@
-// q8 blocks a lane vector at a time (kopt/impl/q8_lanes.hpp) against the scalar map they
-// stand in for (Q8Map, kopt/impl/block_q8.hpp, itself checked against a search in double
-// by test_block_q8.cpp), bitwise: every code decoded at every scale; codes of floats of every
-// exponent, each side of every rounding boundary, both signs; whole blocks' scales and codes;
-// and narrow_host_loop over q8 arrays (the lanes for whole blocks, the staging for a last
-// partial one) against the scalar pieces composed: each array decoded, fused_element's
-// update, each block encoded (to nearest, and stochastically with the same bits). A build
-// without vector extensions runs the staging alone.
+// q8 blocks a lane vector at a time (kopt/impl/q8_lanes.hpp, q8_code_lanes.hpp) against the
+// scalar map they stand in for (Q8Map, kopt/impl/block_q8.hpp, itself checked against a
+// search in double by test_block_q8.cpp), bitwise: every code decoded at every scale; codes
+// of floats of every exponent, each side of every rounding boundary, both signs, to nearest
+// and stochastically; whole blocks' scales and codes; and narrow_host_loop over q8 arrays
+// (the lanes for whole blocks, the staging for a last partial one) against the scalar pieces
+// composed: each array decoded, fused_element's update, each block encoded (to nearest, and
+// stochastically with the same bits). A build without vector extensions runs the staging
+// alone.
 #include <gtest/gtest.h>
 
 #include <algorithm>
