@@ -25,7 +25,8 @@ namespace kc = kopt_convergence;
 //   bf16_remainder_q8_m_f32_v 0.9960 (seeds 1-3: 1.004-1.012); bf16_remainder_q8_state
 //   0.8648 (seeds 1-3: 0.88-0.93: Expect::no_worse, see convergence_options.hpp).
 //   Stochastic state rounding: bf16_remainder_bf16_state_sr 0.9993,
-//   bf16_remainder_f16_state_sr 1.0478 (bf16_remainder_f16_state, to nearest: 1.1947).
+//   bf16_remainder_f16_state_sr 1.0478 (bf16_remainder_f16_state, to nearest: 1.1947),
+//   bf16_remainder_q8_state_sr 0.9800.
 //   Muon (match_rms_adamw, AdamW's schedule) on the weights of all layers but the output:
 //   0.3139 with bf16 params and masters and with fp32 params (Expect::better; 0.3155 and
 //   0.3139 with Kokkos Kernels' own gemm instead of OpenBLAS).
