@@ -131,9 +131,10 @@ KOKKOS_FORCEINLINE_FUNCTION LaneU q8_encode_lanes(LaneF x, float inv, LaneU bits
   }
 }
 
-/// Codes of 4 lane vectors stored as 4 x lane_count bytes. AVX-512 packs them with two
-/// saturating packs and a permute: its narrowing stores (vpmovdb to memory, which GCC
-/// makes of a conversion and a store) cost the block's encoding a third of its time on Zen 5.
+/// Codes of 4 lane vectors stored as 4 x lane_count bytes, by two saturating packs and a
+/// permute. AVX-512's narrowing stores (vpmovdb to memory, which GCC makes of a conversion
+/// and a store) cost the block's encoding a third of its time on Zen 5; without AVX-512,
+/// GCC packed the conversion's bytes one by one (an extract, a shift and an or each).
 KOKKOS_FORCEINLINE_FUNCTION void store_code_lanes(unsigned char* at, const LaneU (&c)[4]) {
 #if defined(__AVX512BW__)
   __m512i v[4];
@@ -143,6 +144,15 @@ KOKKOS_FORCEINLINE_FUNCTION void store_code_lanes(unsigned char* at, const LaneU
       _mm512_packus_epi16(_mm512_packus_epi32(v[0], v[1]), _mm512_packus_epi32(v[2], v[3]));
   const __m512i order = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
   _mm512_storeu_si512(at, _mm512_maskz_permutexvar_epi32(0xffff, order, packed));
+#elif defined(__AVX2__) && !defined(__AVX512F__)  // lanes of 8
+  __m256i v[4];
+  std::memcpy(v, c, sizeof v);
+  // Each 128-bit half H of the packs holds dwords 4H..4H+3 of c[0], c[1], c[2], c[3].
+  const __m256i packed =
+      _mm256_packus_epi16(_mm256_packus_epi32(v[0], v[1]), _mm256_packus_epi32(v[2], v[3]));
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(at),
+                      _mm256_permutevar8x32_epi32(packed, order));
 #else
   for (int q = 0; q < 4; ++q) {
     const LaneBytes b = __builtin_convertvector(c[q], LaneBytes);
