@@ -151,8 +151,7 @@ KOKKOS_FORCEINLINE_FUNCTION void store_code_lanes(unsigned char* at, const LaneU
   const __m256i packed =
       _mm256_packus_epi16(_mm256_packus_epi32(v[0], v[1]), _mm256_packus_epi32(v[2], v[3]));
   const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(at),
-                      _mm256_permutevar8x32_epi32(packed, order));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(at), _mm256_permutevar8x32_epi32(packed, order));
 #else
   for (int q = 0; q < 4; ++q) {
     const LaneBytes b = __builtin_convertvector(c[q], LaneBytes);
