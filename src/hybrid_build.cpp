@@ -58,6 +58,7 @@ HybridOptimizer::HybridOptimizer(std::vector<ParamGroup> groups, const HybridOpt
   Communicator* peers = peers_();
   if (peers == nullptr) {
     build_();
+    if (options_.sharding) Impl::check_piece_coverage(groups_, nullptr);
     return;
   }
   // Every rank checks and builds, then all agree: a rank whose checks failed would
@@ -66,6 +67,7 @@ HybridOptimizer::HybridOptimizer(std::vector<ParamGroup> groups, const HybridOpt
   const std::exception_ptr failed = Impl::outcome_of([&] { build_(); });
   Impl::agree_across_ranks(*peers, "kopt::HybridOptimizer", failed,
                            Impl::rank_invariants(groups_, options_));
+  Impl::check_piece_coverage(groups_, peers);  // the same pieces, so the same outcome, on each
 }
 
 Communicator* HybridOptimizer::peers_() const {

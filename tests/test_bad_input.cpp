@@ -1,4 +1,7 @@
 // Bad input gets a kopt::Error subclass with a clear message, and changes nothing.
+#include <functional>
+#include <utility>
+
 #include "adam_case.hpp"
 
 namespace {
@@ -128,6 +131,61 @@ TEST_F(BadInput, AnUnknownMemorySpaceIsInvalidNotMissing) {
   expect_error<kopt::InvalidArgument>([&] { c.opt.add("w", odd, other.tensor()); },
                                       "memory space 9, which is not a kopt::MemorySpace");
   expect_unchanged();
+}
+
+// A moved-from engine holds no params: it refuses every call that would act on them (a step
+// would update nothing, a name would be "unknown") naming the move, and the engine it moved
+// to carries on bitwise as a twin that never moved.
+TEST_F(BadInput, AMovedFromEngineRefusesItsCallsAndTheMovedToOneCarriesOn) {
+  AdamCase<Host, float, float> twin{{kopt::AdamConfig{}}, {13}};
+  twin.step();
+  kopt::FusedAdam<Host> moved = std::move(c.opt);
+  const std::string w = c.name(0);
+  std::vector<float> span(13);
+  kopt::Impl::StateArrays<float> out{};
+  out[0] = span.data();
+  kopt::Impl::StateArrays<const float> in{};
+  in[0] = span.data();
+  const std::vector<std::pair<std::string, std::function<void()>>> calls{
+      {"step", [&] { c.opt.step(); }},
+      {"prepare_step", [&] { c.opt.prepare_step(); }},
+      {"add", [&] { c.opt.add("w", other.tensor(), other.tensor()); }},
+      {"add_group", [&] { c.opt.add_group(kopt::AdamConfig{}); }},
+      {"set_grad", [&] { c.opt.set_grad(w, other.tensor()); }},
+      {"rebind", [&] { c.opt.rebind(w, other.tensor(), other.tensor()); }},
+      {"config", [&] { c.opt.config(0); }},
+      {"step_count", [&] { c.opt.step_count(w); }},
+      {"numel", [&] { c.opt.numel(w); }},
+      {"state", [&] { c.opt.state(w); }},
+      {"read_state", [&] { c.opt.read_state(w, 0, 13, out); }},
+      {"write_state", [&] { c.opt.write_state(w, 0, 13, in); }},
+      {"commit_state", [&] { c.opt.commit_state(w, 1); }},
+      {"tensor_state", [&] { c.opt.tensor_state(w); }},
+      {"keep_state_arrays", [&] { c.opt.keep_state_arrays(1); }},
+      {"reload_model_params", [&] { c.opt.reload_model_params(); }},
+      {"grad_sum_of_squares", [&] { c.opt.grad_sum_of_squares(); }},
+  };
+  for (const auto& [call, bad] : calls)
+    expect_error<kopt::InvalidArgument>(
+        bad, "kopt::FusedOptimizer::" + call + ": this optimizer was moved from");
+  EXPECT_EQ(c.opt.size(), 0u);
+  EXPECT_EQ(c.opt.state_bytes(), 0u);  // the moved-to engine's arrays are not counted twice
+  EXPECT_EQ(c.opt.workspace_bytes(), 0u);
+  EXPECT_GT(moved.state_bytes(), 0u);
+  EXPECT_EQ(to_host(moved.state(w).exp_avg), m_before);
+  EXPECT_EQ(moved.step_count(w), 1);
+  for (auto* g : {c.grads[0].get(), twin.grads[0].get()}) {
+    g->host.assign(13, 0.25f);
+    g->upload();
+  }
+  moved.step();
+  twin.opt.step();
+  Kokkos::fence();
+  EXPECT_EQ(c.params[0]->download(), twin.params[0]->download());
+  // A self-move leaves the engine moved-from, and it says so.
+  kopt::FusedAdam<Host>& same = moved;
+  moved = std::move(same);
+  expect_error<kopt::InvalidArgument>([&] { moved.step(); }, "was moved from");
 }
 
 TEST(KoptError, MessagesCarryFileNameAndLine) {

@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <kopt/kopt.hpp>
 
+#include "checkpoint_model.hpp"
 #include "hybrid_world.hpp"
+#include "test_support.hpp"
 
 namespace {
 namespace test_shard_layout {
@@ -207,6 +209,37 @@ TEST(ShardedOptimizer, AWorldOfOneMatchesTheUnshardedOneBitwise) {
     }
     EXPECT_EQ(comm->calls, 0);
   }
+}
+
+// In a world of one, a tensor the training code cut (Tensor::shard_of) must be held whole:
+// a part alone (state nobody keeps) is refused at construction, naming the elements; before,
+// it built and stepped, and save() wrote a checkpoint that load() refused as incomplete.
+TEST(ShardedOptimizer, APieceAloneInAWorldOfOneIsRefused) {
+  std::vector<float> p(900, 0.5f), g(900, 0.25f);
+  kopt::HybridOptions options;
+  options.sharding = kopt::ShardingOptions{std::make_shared<kopt::SingleProcessCommunicator>()};
+  const auto group = [&](std::int64_t global, std::int64_t offset) {
+    kopt::ParamGroup pre;
+    pre.add("s", kopt::Tensor::from(p.data(), 900).shard_of(global, offset),
+            kopt::Tensor::from(g.data(), 900).shard_of(global, offset));
+    return std::vector<kopt::ParamGroup>{pre};
+  };
+  kopt_test::expect_error<kopt::InvalidArgument>(
+      [&] { kopt::HybridOptimizer opt(group(2000, 100), options); },
+      "parameter 's' (2000 elements, cut by Tensor::shard_of): elements [0, 100) are held by no "
+      "rank");
+  kopt_test::expect_error<kopt::InvalidArgument>(
+      [&] { kopt::HybridOptimizer opt(group(1000, 0), options); },
+      "elements [900, 1000) are held by no rank");
+  EXPECT_EQ(p[0], 0.5f);
+  kopt::HybridOptimizer whole(group(900, 0), options);
+  whole.step();
+  EXPECT_NE(p[0], 0.5f);
+  kopt_test::TempDir dir;
+  whole.save(dir.str("ckpt"));
+  kopt::HybridOptimizer again(group(900, 0), options);
+  EXPECT_NO_THROW(again.load(dir.str("ckpt")));
+  EXPECT_EQ(again.step_count("s"), 1);
 }
 
 TEST(ShardedOptimizer, BadShardingOptionsAreRefused) {

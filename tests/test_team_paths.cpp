@@ -111,25 +111,30 @@ TEST(TeamPaths, EveryAlgorithmAndDtypePairStepsBitwiseLikeTheHostPath) {
 // q8 arrays (a team encodes each block together): all three with amsgrad, and q8 exp_avg
 // beside bf16 exp_avg_sq over remainders; bf16 and f16 arrays rounded stochastically (Adam
 // with amsgrad over remainders, SGD momentum without masters), and q8 ones (Adam with
-// amsgrad, a bf16 max_exp_avg_sq).
+// amsgrad, a bf16 max_exp_avg_sq); all-bf16 arrays rounded stochastically (the host takes
+// the all-bf16 loop's vectors where every stream is 16-bit: Adam with amsgrad without
+// masters, AdamW over remainders, whose bf16 grads' param has 8,199 elements; and with fp32
+// masters, the per-array loop).
 TEST(TeamPaths, EveryStorageFormStepsBitwiseLikeTheHostPath) {
-  const std::vector<kopt::AlgorithmConfig> configs = {
-      kopt::AdamConfig{.lr = 1e-2},
-      kopt::AdamConfig{.lr = 1e-2, .amsgrad = true},
-      kopt::SgdConfig{.lr = 0.05, .momentum = 0.9},
-      kopt::LionConfig{.lr = 1e-3},
-      kopt::AdamConfig{.lr = 1e-2},
-      kopt::LambConfig{.lr = 1e-2},
-      kopt::LambConfig{.lr = 1e-2},
-      kopt::MuonConfig{.lr = 1e-2},
-      kopt::MuonConfig{.lr = 1e-2},
-      kopt::AdafactorConfig{},
-      kopt::AdafactorConfig{},
-      kopt::AdamConfig{.lr = 1e-2, .amsgrad = true},
-      kopt::AdamConfig{.lr = 1e-2},
-      kopt::AdamConfig{.lr = 1e-2, .amsgrad = true},
-      kopt::SgdConfig{.lr = 0.05, .momentum = 0.9},
-      kopt::AdamConfig{.lr = 1e-2, .amsgrad = true}};
+  const std::vector<kopt::AlgorithmConfig> configs = {kopt::AdamConfig{.lr = 1e-2},
+                                                      kopt::AdamConfig{.lr = 1e-2, .amsgrad = true},
+                                                      kopt::SgdConfig{.lr = 0.05, .momentum = 0.9},
+                                                      kopt::LionConfig{.lr = 1e-3},
+                                                      kopt::AdamConfig{.lr = 1e-2},
+                                                      kopt::LambConfig{.lr = 1e-2},
+                                                      kopt::LambConfig{.lr = 1e-2},
+                                                      kopt::MuonConfig{.lr = 1e-2},
+                                                      kopt::MuonConfig{.lr = 1e-2},
+                                                      kopt::AdafactorConfig{},
+                                                      kopt::AdafactorConfig{},
+                                                      kopt::AdamConfig{.lr = 1e-2, .amsgrad = true},
+                                                      kopt::AdamConfig{.lr = 1e-2},
+                                                      kopt::AdamConfig{.lr = 1e-2, .amsgrad = true},
+                                                      kopt::SgdConfig{.lr = 0.05, .momentum = 0.9},
+                                                      kopt::AdamConfig{.lr = 1e-2, .amsgrad = true},
+                                                      kopt::AdamConfig{.lr = 1e-2, .amsgrad = true},
+                                                      kopt::AdamConfig{.lr = 1e-2},
+                                                      kopt::AdamConfig{.lr = 1e-2}};
   kopt::StateStorage mixed{.master = MasterStorage::remainder, .arrays = DType::bf16};
   mixed.array_dtypes[1] = DType::f32;
   kopt::StateStorage q8_m{.master = MasterStorage::remainder, .arrays = DType::bf16};
@@ -167,7 +172,17 @@ TEST(TeamPaths, EveryStorageFormStepsBitwiseLikeTheHostPath) {
       {.arrays = DType::q8,  // q8 codes rounded stochastically, beside a bf16 max_exp_avg_sq
        .seed = 11,
        .state_rounding = kopt::Rounding::stochastic,
-       .array_dtypes = {std::nullopt, std::nullopt, DType::bf16}}};
+       .array_dtypes = {std::nullopt, std::nullopt, DType::bf16}},
+      {.master = MasterStorage::none,
+       .arrays = DType::bf16,
+       .rounding = kopt::Rounding::stochastic,
+       .seed = 12,
+       .state_rounding = kopt::Rounding::stochastic},
+      {.arrays = DType::bf16, .seed = 13, .state_rounding = kopt::Rounding::stochastic},
+      {.master = MasterStorage::remainder,
+       .arrays = DType::bf16,
+       .seed = 14,
+       .state_rounding = kopt::Rounding::stochastic}};
   std::vector<ParamDef> defs;
   const std::size_t sizes[] = {8199, 17, 1};
   for (std::size_t g = 0; g < configs.size(); ++g)

@@ -8,9 +8,11 @@
 
 #include <Kokkos_Core.hpp>
 #include <cstdint>
+#include <kopt/error.hpp>
 #include <kopt/grad_norm.hpp>
 #include <kopt/impl/backends.hpp>
 #include <kopt/impl/engine_state.hpp>
+#include <kopt/impl/moved_from.hpp>
 #include <kopt/impl/param_registry.hpp>
 #include <kopt/impl/policies.hpp>
 #include <kopt/impl/state_arrays.hpp>
@@ -65,8 +67,12 @@ class FusedOptimizer {
   std::size_t add_group(const Config& config);
   std::size_t num_groups() const { return registry_.num_groups(); }
   /// A group's config, mutable between steps (schedules); step() validates it.
-  Config& config(std::size_t group = 0) { return std::get<Config>(registry_.config(group)); }
+  Config& config(std::size_t group = 0) {
+    check_alive_("config");
+    return std::get<Config>(registry_.config(group));
+  }
   const Config& config(std::size_t group = 0) const {
+    check_alive_("config");
     return std::get<Config>(registry_.config(group));
   }
 
@@ -79,11 +85,15 @@ class FusedOptimizer {
   void add(const std::string& name, const Tensor& param, const Tensor& grad, std::size_t group = 0);
   /// Replaces the grad of `name`; a null Tensor means no gradient this step (the param and
   /// its state are then left untouched by step()). Validates first.
-  void set_grad(const std::string& name, const Tensor& grad) { registry_.set_grad(name, grad); }
+  void set_grad(const std::string& name, const Tensor& grad) {
+    check_alive_("set_grad");
+    registry_.set_grad(name, grad);
+  }
   /// Points `name` at new memory (a framework replaced its tensors): same numel and dtype,
   /// reachable from this engine. Its state (moments, master, step count) is kept: the new
   /// param must hold the same values as the old one. Validates first.
   void rebind(const std::string& name, const Tensor& param, const Tensor& grad) {
+    check_alive_("rebind");
     registry_.rebind(name, param, grad);
   }
 
@@ -124,11 +134,13 @@ class FusedOptimizer {
   std::size_t size() const { return registry_.size(); }
   /// Elements of the param `name`.
   std::int64_t numel(const std::string& name) const {
+    check_alive_("numel");
     return registry_[registry_.index_of(name)].param.numel;
   }
   const std::string& label() const { return label_; }
   /// Completed updates of `name`.
   std::int64_t step_count(const std::string& name) const {
+    check_alive_("step_count");
     return registry_.step(registry_.index_of(name));
   }
   /// The state of `name` (allocating the engine's state first if needed). The master of a
@@ -168,7 +180,7 @@ class FusedOptimizer {
   /// The policy's arrays this engine holds now (bit k: Policy::array_names[k]): those a
   /// group has used, or keep_state_arrays() asked for, once allocated.
   unsigned held_state_arrays() const { return state_.held(); }
-  /// Bytes of optimizer state this engine holds in its memory space.
+  /// Bytes of optimizer state this engine holds in its memory space (0 once moved from).
   std::size_t state_bytes() const;
   /// Bytes of everything else it keeps allocated there between steps: its chunk and slot
   /// tables, partial sums, and per-tensor workspaces (Muon's directions and Newton-Schulz
@@ -179,6 +191,14 @@ class FusedOptimizer {
   const StateStorage& storage() const { return state_.storage(); }
 
  private:
+  /// Throws kopt::InvalidArgument naming `call` in a moved-from engine: it holds no params,
+  /// so a step would update nothing and a name would be reported unknown.
+  void check_alive_(const char* call) const {
+    KOPT_THROW_IF_AS(InvalidArgument, !alive_.yes,
+                     "kopt::FusedOptimizer::" << call << ": this optimizer was moved from; it "
+                                              << "holds no params or state");
+  }
+
   using FloatView = Kokkos::View<float*, memory_space>;
   using Scalars = typename Policy::Scalars;
   using ClassKey = Impl::ClassKey;
@@ -237,6 +257,7 @@ class FusedOptimizer {
   Impl::TensorStage<ExecSpace, Policy> stage_;  ///< per-param transforms (Muon's)
   Kokkos::View<std::int64_t*, memory_space> row_steps_;
   typename Kokkos::View<std::int64_t*, memory_space>::HostMirror row_steps_host_;
+  Impl::Alive alive_;  ///< false once moved from: check_alive_()
 };
 
 }  // namespace kopt

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <exception>
 #include <kopt/checkpoint.hpp>
+#include <kopt/impl/moved_from.hpp>
 #include <kopt/loss_scaler.hpp>
 #include <kopt/offload_options.hpp>
 #include <kopt/param_group.hpp>
@@ -228,17 +229,7 @@ class HybridOptimizer {
   std::string failed_step_;  ///< why the state may be partly updated; empty: it is not
   /// False in a moved-from optimizer, which refuses step(), save() (it would replace a
   /// checkpoint with an empty one), load() and reload_model_params().
-  struct Alive {
-    bool yes = true;
-    Alive() = default;
-    Alive(Alive&& o) noexcept : yes(std::exchange(o.yes, false)) {}
-    Alive& operator=(Alive&& o) noexcept {
-      // A self-move empties the other members (std::vector's does): moved-from too, so that
-      // step() and save() refuse instead of updating nothing and writing an empty file.
-      yes = this != &o && std::exchange(o.yes, false);
-      return *this;
-    }
-  } alive_;
+  Impl::Alive alive_;
 };
 
 }  // namespace kopt

@@ -168,6 +168,49 @@ TEST(RankAgreement, RanksBuiltDifferentlyAllThrowNamingTheDifference) {
   });
 }
 
+// The pieces of a tensor the training code cut (Tensor::shard_of) must hold each element
+// once over the ranks: a gap (state nobody keeps: save() wrote a checkpoint load() refused as
+// incomplete) or an overlap (grads counted twice in the clipping norm) is refused on every
+// rank, naming the elements and their ranks; the world stays in step, and pieces that tile
+// the tensor build and step.
+TEST(RankAgreement, PiecesThatDoNotTileTheirTensorAreRefusedOnEveryRank) {
+  NEEDS_TWO_RANKS();
+  const int me = world_rank(), world = world_size();
+  const std::int64_t n = 64 * world;
+  Buffer p(kopt::DType::f32, false, 128), g(kopt::DType::f32, false, 128);
+  const auto build = [&](std::int64_t offset, std::int64_t count) {
+    kopt::ParamGroup group(kopt::AdamConfig{.lr = 1e-2});
+    group.add("w", p.tensor().slice(0, count).shard_of(n, offset),
+              g.tensor().slice(0, count).shard_of(n, offset));
+    kopt::HybridOptimizer opt({group}, zero2());
+    opt.step();
+  };
+  const auto everywhere = [&](const std::string& needle, std::int64_t offset, std::int64_t count) {
+    try {
+      build(offset, count);
+      ADD_FAILURE() << "no exception on rank " << me;
+    } catch (const kopt::InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("parameter 'w' (" + std::to_string(n) + " elements"),
+                std::string::npos)
+          << e.what();
+    }
+  };
+  // The last rank's piece 16 short: its last 16 elements are nobody's.
+  everywhere(
+      "elements [" + std::to_string(n - 16) + ", " + std::to_string(n) + ") are held by no rank",
+      64 * me, last_rank() ? 48 : 64);
+  // Rank 1's piece starting 16 early: elements [48, 64) are rank 0's and rank 1's.
+  everywhere("elements [48, 64) are held by rank 0 and rank 1", me == 1 ? 48 : 64 * me,
+             me == 1 ? 80 : 64);
+  // Rank 0's piece starting at 16: [0, 16) is nobody's.
+  everywhere("elements [0, 16) are held by no rank", me == 0 ? 16 : 64 * me, me == 0 ? 48 : 64);
+  EXPECT_NO_THROW(build(64 * me, 64));
+  // Any cut that tiles: rank 0 holds nothing, the last rank [0, 128), the others 64 each after.
+  const std::int64_t offset = last_rank() ? 0 : 64 * (me + 1);
+  EXPECT_NO_THROW(build(me == 0 ? 0 : offset, me == 0 ? 0 : (last_rank() ? 128 : 64)));
+}
+
 // A step refused on one rank (an invalid config there, its first state allocation failing
 // there, a null grad there only) throws on every rank and changes no param or step count
 // anywhere; the next good step matches an optimizer that never saw the refused one.

@@ -52,12 +52,14 @@ FusedOptimizer<ExecSpace, Policy>::FusedOptimizer(const ExecSpace& exec, const C
 
 template <class ExecSpace, class Policy>
 std::size_t FusedOptimizer<ExecSpace, Policy>::add_group(const Config& config) {
+  check_alive_("add_group");
   return registry_.add_group(config);
 }
 
 template <class ExecSpace, class Policy>
 void FusedOptimizer<ExecSpace, Policy>::add(const std::string& name, const Tensor& param,
                                             const Tensor& grad, std::size_t group) {
+  check_alive_("add");
   state_.check_param(name, param);
   if constexpr (Impl::has_tensor_stage<Policy>) {
     constexpr bool matrices = requires { Policy::Config::whole_matrices; };
@@ -232,6 +234,7 @@ void FusedOptimizer<ExecSpace, Policy>::build_classes_(const std::vector<int>& s
 
 template <class ExecSpace, class Policy>
 void FusedOptimizer<ExecSpace, Policy>::prepare_step() {
+  check_alive_("prepare_step");
   ensure_state_();
   if (!planned_.current(registry_)) build_plan_();
   // Refused here, before any engine of an optimizer launches anything: no step overflows.
@@ -294,6 +297,7 @@ void FusedOptimizer<ExecSpace, Policy>::join_runs_() {
 
 template <class ExecSpace, class Policy>
 void FusedOptimizer<ExecSpace, Policy>::grad_norm_parts(Impl::NormParts& out) {
+  check_alive_("grad_norm_parts");
   registry_.validate_configs();
   prepare_step();
   norms_.sums(exec_, label_ + "::grad_sum_of_squares", slots_, out);
@@ -301,6 +305,7 @@ void FusedOptimizer<ExecSpace, Policy>::grad_norm_parts(Impl::NormParts& out) {
 
 template <class ExecSpace, class Policy>
 double FusedOptimizer<ExecSpace, Policy>::grad_sum_of_squares() {
+  check_alive_("grad_sum_of_squares");
   Impl::NormParts parts;
   grad_norm_parts(parts);
   Impl::add_fragment_blocks(parts);  // alone, a cut block's other elements count as zeros
@@ -309,6 +314,7 @@ double FusedOptimizer<ExecSpace, Policy>::grad_sum_of_squares() {
 
 template <class ExecSpace, class Policy>
 void FusedOptimizer<ExecSpace, Policy>::begin_step_(double grad_scale) {
+  check_alive_("step");
   KOPT_THROW_IF(!std::isfinite(grad_scale),
                 label_ << ": step(grad_scale = " << grad_scale << "): grad_scale must be finite");
   registry_.validate_configs();
@@ -332,6 +338,7 @@ void FusedOptimizer<ExecSpace, Policy>::begin_step_(double grad_scale) {
 template <class ExecSpace, class Policy>
 void FusedOptimizer<ExecSpace, Policy>::measure_param_sums(double grad_scale,
                                                            std::vector<Impl::ExactSum>& out) {
+  check_alive_("measure_param_sums");
   out.clear();
   if constexpr (Impl::has_tensor_sums<Policy>) {
     begin_step_(grad_scale);
@@ -412,6 +419,7 @@ FusedOptimizer<ExecSpace, Policy>::class_chunks_() const {
 
 template <class ExecSpace, class Policy>
 void FusedOptimizer<ExecSpace, Policy>::reload_model_params() {
+  check_alive_("reload_model_params");
   // Lazy: each param's next update reconciles its master with it, keeping a master that
   // already rounds to the param (a checkpoint's exact fp32 value) and taking the param
   // wherever the training code wrote other weights.

@@ -22,6 +22,7 @@ namespace kopt {
 template <class ExecSpace, class Policy>
 typename FusedOptimizer<ExecSpace, Policy>::State FusedOptimizer<ExecSpace, Policy>::state(
     const std::string& name) {
+  check_alive_("state");
   const std::size_t i = registry_.index_of(name);
   ensure_state_();
   const Impl::ParamEntry& e = registry_[i];
@@ -82,6 +83,7 @@ template <class ExecSpace, class Policy>
 void FusedOptimizer<ExecSpace, Policy>::read_state(const std::string& name, std::int64_t offset,
                                                    std::int64_t count,
                                                    const Impl::StateArrays<float>& out) {
+  check_alive_("read_state");
   const std::size_t i = state_.span(registry_, name, offset, count, "read_state");
   ensure_state_();
   state_.read(exec_, registry_, i, offset, count, out);
@@ -91,6 +93,7 @@ template <class ExecSpace, class Policy>
 void FusedOptimizer<ExecSpace, Policy>::write_state(const std::string& name, std::int64_t offset,
                                                     std::int64_t count,
                                                     const Impl::StateArrays<const float>& in) {
+  check_alive_("write_state");
   const std::size_t i = state_.span(registry_, name, offset, count, "write_state");
   ensure_state_();
   state_.write(exec_, registry_, i, offset, count, in);
@@ -98,12 +101,14 @@ void FusedOptimizer<ExecSpace, Policy>::write_state(const std::string& name, std
 
 template <class ExecSpace, class Policy>
 void FusedOptimizer<ExecSpace, Policy>::commit_state(const std::string& name, std::int64_t step) {
+  check_alive_("commit_state");
   state_.commit(registry_, name, step);
   planned_.clear();  // its scalar row and sync table change
 }
 
 template <class ExecSpace, class Policy>
 std::vector<float> FusedOptimizer<ExecSpace, Policy>::tensor_state(const std::string& name) {
+  check_alive_("tensor_state");
   const std::size_t i = registry_.index_of(name);
   std::vector<float> out;
   if constexpr (Impl::has_tensor_stage<Policy>) {
@@ -117,6 +122,7 @@ std::vector<float> FusedOptimizer<ExecSpace, Policy>::tensor_state(const std::st
 template <class ExecSpace, class Policy>
 void FusedOptimizer<ExecSpace, Policy>::set_tensor_state(const std::string& name,
                                                          const std::vector<float>& values) {
+  check_alive_("set_tensor_state");
   const std::size_t i = registry_.index_of(name);
   std::int64_t size = 0;
   if constexpr (Impl::has_tensor_stage<Policy>) {
@@ -131,6 +137,7 @@ void FusedOptimizer<ExecSpace, Policy>::set_tensor_state(const std::string& name
 
 template <class ExecSpace, class Policy>
 void FusedOptimizer<ExecSpace, Policy>::keep_state_arrays(unsigned arrays) {
+  check_alive_("keep_state_arrays");
   KOPT_THROW_IF((arrays >> Policy::num_arrays) != 0,
                 label_ << ": keep_state_arrays(" << arrays << "): " << Policy::name << " has "
                        << Policy::num_arrays << " state arrays");
@@ -139,11 +146,15 @@ void FusedOptimizer<ExecSpace, Policy>::keep_state_arrays(unsigned arrays) {
 
 template <class ExecSpace, class Policy>
 std::size_t FusedOptimizer<ExecSpace, Policy>::state_bytes() const {
+  // Moved from: its views may still share the arrays of the engine it moved to (a Kokkos
+  // View's move may be a copy), which counts them.
+  if (!alive_.yes) return 0;
   return state_.bytes() + stage_.state_bytes();
 }
 
 template <class ExecSpace, class Policy>
 std::size_t FusedOptimizer<ExecSpace, Policy>::workspace_bytes() const {
+  if (!alive_.yes) return 0;
   std::size_t bytes = Impl::view_bytes(slots_, scalars_, row_steps_) + norms_.workspace_bytes() +
                       rates_.workspace_bytes() + stage_.workspace_bytes();
   for (const KernelClass& c : classes_)  // runs are the chunks themselves where none join

@@ -2,7 +2,8 @@
 /// \file
 /// paired_host_loop's vector loop (kopt/impl/paired_loop.hpp) where the policy gives
 /// update_with (Adam): the 18- and 14-byte AdamW steps (the param kept through a remainder,
-/// or rounded to nearest or stochastically). Each element gets exactly fused_element's bits.
+/// or rounded to nearest or stochastically; the bf16 state arrays rounded to nearest, or
+/// stochastically for narrow_host_loop). Each element gets exactly fused_element's bits.
 ///
 /// Written in lane vectors (kopt/impl/lanes.hpp) instead of left to the auto-vectorizer, so
 /// that it can branch per vector: each vector of pairs runs the update unguarded, and only a
@@ -107,8 +108,10 @@ KOKKOS_FORCEINLINE_FUNCTION LaneU bf16_nearest_pairs(LaneF even, LaneF odd) {
 
 /// Elements [begin, ...) in vectors of 2 * lane_count (lane_count pairs), as many as fit
 /// before `end`; returns where it stopped. Each line of each stream is prefetched
-/// update_prefetch_elements ahead.
-template <class Policy, int V, class F>
+/// update_prefetch_elements ahead. `StochasticState`: the bf16 state arrays are rounded
+/// stochastically, each array's bits from r.of_array(k) (StateStorage::state_rounding; the
+/// staged loop's bits, kopt/impl/narrow_state.hpp), else to nearest even.
+template <class Policy, int V, class F, bool StochasticState = false>
 KOPT_LOOP_FUNCTION std::int64_t paired_lanes(
     std::int64_t begin, std::int64_t end, bfloat16* KOPT_RESTRICT param,
     const bfloat16* KOPT_RESTRICT grad, typename F::MasterT* KOPT_RESTRICT master,
@@ -163,7 +166,13 @@ KOPT_LOOP_FUNCTION std::int64_t paired_lanes(
     }
     for (int k = 0; k < 3; ++k) {
       if ((kept >> k & 1u) == 0) continue;
-      store_lanes(arrays[k] + i, bf16_nearest_pairs(a[k][0], a[k][1]));
+      if constexpr (StochasticState) {
+        const ChunkRounding rk = r.of_array(k);
+        store_lanes(arrays[k] + i, pair_words(stochastic_lanes(float_bits(a[k][0]), rk, i, 2, 0),
+                                              stochastic_lanes(float_bits(a[k][1]), rk, i, 2, 1)));
+      } else {
+        store_lanes(arrays[k] + i, bf16_nearest_pairs(a[k][0], a[k][1]));
+      }
     }
   }
   return i;

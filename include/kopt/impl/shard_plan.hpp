@@ -16,6 +16,12 @@
 
 namespace kopt::Impl {
 
+/// Throws kopt::InvalidArgument, naming the param and the elements, unless the pieces of each
+/// pre-sharded param (Tensor::shard_of) over every rank of `peers` (null: a world of one, this
+/// optimizer's alone) hold each element of its tensor once. Collective with `peers`; every
+/// rank decides the same from the same pieces.
+void check_piece_coverage(const std::vector<ParamGroup>& groups, Communicator* peers);
+
 class ShardPlan final : public ShardStrategy {
  public:
   /// Lays out every group; validates the options. Throws kopt::InvalidArgument on bad input.

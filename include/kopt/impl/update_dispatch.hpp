@@ -70,7 +70,9 @@ void visit_form(const StateStorage& storage, Fn&& f) {
   const auto with_master = [&](auto master) {
     using M = decltype(master);
     if (storage.wide()) return f(Form<M, float>{});
-    // Stochastic state rounding takes the per-array loops, which draw each array's bits.
+    // Stochastic state rounding takes the per-array form, which draws each array's bits (on
+    // host spaces, where every stream is 16-bit, its loop runs the all-bf16 one's vectors
+    // with stochastic stores: narrow_host_loop).
     if (storage.all(DType::bf16) && storage.state_rounding == Rounding::nearest)
       return f(Form<M, bfloat16>{});
     return f(Form<M, NarrowState>{});
