@@ -18,11 +18,6 @@ struct Piece {
   int rank;
 };
 
-/// "rank r" in a world of more than one; "this optimizer" in a world of one.
-std::string holder(int rank, int world) {
-  return world > 1 ? "rank " + std::to_string(rank) : std::string("this optimizer");
-}
-
 }  // namespace
 
 void check_piece_coverage(const std::vector<ParamGroup>& groups, Communicator* peers) {
@@ -52,22 +47,25 @@ void check_piece_coverage(const std::vector<ParamGroup>& groups, Communicator* p
     std::sort(pieces.begin(), pieces.end(),
               [](const Piece& a, const Piece& b) { return a.offset < b.offset; });
     const std::int64_t n = specs[j]->param.global_numel;
-    const std::string what = "kopt::HybridOptimizer: parameter '" + specs[j]->name + "' (" +
-                             std::to_string(n) + " elements, cut by Tensor::shard_of): ";
-    const std::string rule = "; the pieces of the ranks must hold each element of the tensor once";
+    // The messages' parts, built only when one is thrown.
+    const auto what = [&] {
+      return "kopt::HybridOptimizer: parameter '" + specs[j]->name + "' (" + std::to_string(n) +
+             " elements, cut by Tensor::shard_of): ";
+    };
+    const char* rule = "; the pieces of the ranks must hold each element of the tensor once";
     std::int64_t next = 0;  // the first element no piece holds yet
     for (std::size_t k = 0; k < pieces.size(); ++k) {
       const Piece& p = pieces[k];
-      KOPT_THROW_IF(p.offset > next, what << "elements [" << next << ", " << p.offset
-                                          << ") are held by no rank" << rule);
-      KOPT_THROW_IF(p.offset < next, what << "elements [" << p.offset << ", "
-                                          << std::min(next, p.offset + p.numel) << ") are held by "
-                                          << holder(pieces[k - 1].rank, world) << " and "
-                                          << holder(p.rank, world) << rule);
+      KOPT_THROW_IF(p.offset > next, what() << "elements [" << next << ", " << p.offset
+                                            << ") are held by no rank" << rule);
+      KOPT_THROW_IF(p.offset < next, what() << "elements [" << p.offset << ", "
+                                            << std::min(next, p.offset + p.numel)
+                                            << ") are held by rank " << pieces[k - 1].rank
+                                            << " and rank " << p.rank << rule);
       next = p.offset + p.numel;
     }
     KOPT_THROW_IF(next < n,
-                  what << "elements [" << next << ", " << n << ") are held by no rank" << rule);
+                  what() << "elements [" << next << ", " << n << ") are held by no rank" << rule);
   }
 }
 
