@@ -292,6 +292,21 @@ KOPT_FOR_EACH_BACKEND(KOPT_EXTERN_LAUNCH_UPDATES)
 #undef KOPT_EXTERN_LAUNCH_UPDATES
 #undef KOPT_EXTERN_LAUNCH_UPDATE
 
+// And the device path of the update on the default host space, which only tests take
+// (ScopedTeamPaths): compiled once, unoptimized (CMakeLists.txt), in
+// backends/host/host_team_paths.cpp (kopt/impl/update_kernel.hpp, launch_update_teams).
+#define KOPT_HOST_TEAM_PATHS(prefix, Policy)                                                 \
+  prefix template void Impl::launch_update_teams<Kokkos::DefaultHostExecutionSpace, Policy>( \
+      const Kokkos::DefaultHostExecutionSpace&, const std::string&, DType, DType, int,       \
+      const StateStorage&, const Kokkos::View<const Impl::UpdateSlot*, Kokkos::HostSpace>&,  \
+      const Kokkos::View<const Policy::Scalars*, Kokkos::HostSpace>&,                        \
+      const Kokkos::View<const std::int64_t*, Kokkos::HostSpace>&,                           \
+      const Kokkos::View<const Impl::Chunk*, Kokkos::HostSpace>&,                            \
+      const Kokkos::View<const float*, Kokkos::HostSpace>&);
+#define KOPT_EXTERN_HOST_TEAM_PATHS(unused, Policy) KOPT_HOST_TEAM_PATHS(extern, Policy)
+KOPT_FOR_EACH_POLICY(KOPT_EXTERN_HOST_TEAM_PATHS, )
+#undef KOPT_EXTERN_HOST_TEAM_PATHS
+
 // And the host spaces' chunk functions (kopt/impl/host_chunks.hpp), the same code for Serial
 // and OpenMP: compiled once, in backends/host/host_chunks_<algorithm>.cpp (Serial and
 // OpenMP compiled their own copies: 2.8 MB of each kernel file's object code was the other's).

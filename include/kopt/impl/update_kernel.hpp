@@ -329,10 +329,49 @@ void launch_sync(const ExecSpace& exec, const std::string& label, DType dtype,
   });
 }
 
+/// The device path of launch_update: a team kernel per combination of the dtypes, the
+/// policy's variant and the state's form. On the default host space (where tests run it
+/// under ScopedTeamPaths) it is compiled in a file of its own, unoptimized
+/// (backends/host/host_team_paths.cpp, CMakeLists.txt): users' steps never take it there, and
+/// its kernels were three quarters of fused_openmp.cpp's compile time (GCC 12, -O3).
+template <class ExecSpace, class Policy>
+void launch_update_teams(
+    const ExecSpace& exec, const std::string& label, DType param, DType grad, int variant,
+    const StateStorage& storage,
+    const Kokkos::View<const UpdateSlot*, typename ExecSpace::memory_space>& slots,
+    const Kokkos::View<const typename Policy::Scalars*, typename ExecSpace::memory_space>& scalars,
+    const Kokkos::View<const std::int64_t*, typename ExecSpace::memory_space>& steps,
+    const Kokkos::View<const Chunk*, typename ExecSpace::memory_space>& chunks,
+    const Kokkos::View<const float*, typename ExecSpace::memory_space>& rates) {
+  const auto n = static_cast<std::int64_t>(chunks.extent(0));
+  const StateDTypes dtypes = StateDTypes::from(storage, q8_roots_of<Policy>());
+  visit_update_dtype(param, [&](auto param_type) {
+    visit_update_dtype(grad, [&](auto grad_type) {
+      visit_variant<Policy>(variant, [&](auto v) {
+        using P = decltype(param_type);
+        using G = decltype(grad_type);
+        visit_form<P>(storage, [&](auto form) {
+          using F = decltype(form);
+          const auto launch = [&](auto q8) {
+            launch_teams(exec, label, n,
+                         FusedUpdateFunctor<ExecSpace, Policy, decltype(v)::value, P, G, F,
+                                            decltype(q8)::value>{slots, scalars, chunks, steps,
+                                                                 dtypes, rates});
+          };
+          if constexpr (has_q8_state<Policy> && std::is_same_v<typename F::StateT, NarrowState>)
+            if (storage.any(DType::q8)) return launch(std::true_type{});
+          launch(std::false_type{});
+        });
+      });
+    });
+  });
+}
+
 /// Launches the fused update of `chunks` for one kernel class: the dtypes, the policy's
 /// variant and the state's form (`storage`) are chosen here, once, so the element loop has
 /// no branch on them. Host spaces run the chunk function compiled for them all
-/// (host_chunk_fn), devices (and ScopedTeamPaths) a team kernel per combination.
+/// (host_chunk_fn), devices (and ScopedTeamPaths) a team kernel per combination
+/// (launch_update_teams).
 template <class ExecSpace, class Policy>
 void launch_update(
     const ExecSpace& exec, const std::string& label, DType param, DType grad, int variant,
@@ -347,35 +386,17 @@ void launch_update(
   const auto n = static_cast<std::int64_t>(chunks.extent(0));
   if (n == 0) return;
   launched_update_chunks().fetch_add(static_cast<std::uint64_t>(n), std::memory_order_relaxed);
-  const StateDTypes dtypes = StateDTypes::from(storage, q8_roots_of<Policy>());
   if constexpr (runs_on_host<ExecSpace>) {
     if (!takes_device_paths<ExecSpace>())
-      return launch_range(exec, label, n,
-                          HostUpdateFunctor<ExecSpace, Policy>{
-                              host_chunk_fn<Policy>(param, grad, variant, storage), slots, scalars,
-                              chunks, steps, rates, dtypes, storage.keyed()});
+      return launch_range(
+          exec, label, n,
+          HostUpdateFunctor<ExecSpace, Policy>{
+              host_chunk_fn<Policy>(param, grad, variant, storage), slots, scalars, chunks, steps,
+              rates, StateDTypes::from(storage, q8_roots_of<Policy>()), storage.keyed()});
   }
   if constexpr (has_device_paths<ExecSpace>)
-    visit_update_dtype(param, [&](auto param_type) {
-      visit_update_dtype(grad, [&](auto grad_type) {
-        visit_variant<Policy>(variant, [&](auto v) {
-          using P = decltype(param_type);
-          using G = decltype(grad_type);
-          visit_form<P>(storage, [&](auto form) {
-            using F = decltype(form);
-            const auto launch = [&](auto q8) {
-              launch_teams(exec, label, n,
-                           FusedUpdateFunctor<ExecSpace, Policy, decltype(v)::value, P, G, F,
-                                              decltype(q8)::value>{slots, scalars, chunks, steps,
-                                                                   dtypes, rates});
-            };
-            if constexpr (has_q8_state<Policy> && std::is_same_v<typename F::StateT, NarrowState>)
-              if (storage.any(DType::q8)) return launch(std::true_type{});
-            launch(std::false_type{});
-          });
-        });
-      });
-    });
+    launch_update_teams<ExecSpace, Policy>(exec, label, param, grad, variant, storage, slots,
+                                           scalars, steps, chunks, rates);
 }
 
 }  // namespace kopt::Impl
