@@ -1,15 +1,20 @@
 // The block sums of the tensor-sums measure pass (kopt/impl/measure_strip.hpp): the vector
 // form the host compiles and the scalar form devices run give the same bits, and the tree
-// is a faithful sum of the squares.
+// is a faithful sum of the squares; the host's strip of 8 blocks at once
+// (kopt/impl/strip_sums.hpp) gives each block's bits, and its lane window ExactSum's digits.
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <kopt/impl/measure_strip.hpp>
+#include <kopt/impl/strip_sums.hpp>
 #include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
 namespace {
@@ -63,6 +68,78 @@ TEST(TensorSums, TreeIsTheSumOfSquares) {
   }
   const float ones[kopt::Impl::tensor_sum_block] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
   EXPECT_EQ(kopt::Impl::block_square_sum(ones), 16.0);
+}
+
+// The strip's 8 block sums at once, against the scalar tree of each block (devices run that).
+TEST(TensorSums, StripOfEightBlocksIsEachBlocksTreeBitwise) {
+#ifndef KOPT_HAVE_VECTOR_EXTENSIONS
+  GTEST_SKIP() << "this compiler has no vector form: the strip is block_square_sum's loop";
+#else
+  const std::vector<float> x = random_blocks(8 * 5000, 11);
+  for (std::size_t at = 0; at < x.size(); at += kopt::Impl::measure_strip_size) {
+    double sums[kopt::Impl::blocks_per_strip];
+    kopt::Impl::strip_square_sums(x.data() + at, sums);
+    for (int b = 0; b < kopt::Impl::blocks_per_strip; ++b) {
+      const double s =
+          kopt::Impl::block_square_sum_scalar(x.data() + at + b * kopt::Impl::tensor_sum_block);
+      ASSERT_EQ(std::bit_cast<std::uint64_t>(sums[b]), std::bit_cast<std::uint64_t>(s))
+          << "strip at " << at << ", block " << b;
+    }
+  }
+#endif
+}
+
+// The lane window (8 values at a time) gives ExactSum::add's digits: values in and out of
+// its window, zeros, past its capacity, at both ends of the fixed point, and specials.
+TEST(TensorSums, LaneWindowGivesTheDigitsOfSingleAdds) {
+  using kopt::Impl::ExactSum;
+  using kopt::Impl::ExponentWindowLanes;
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<double> mant(1.0, 2.0);
+  const int top = ExactSum::overflow_biased - 1023;  // 2^top: add() counts it as +Inf
+  for (const int spread : {0, 8, 40, 90, 600}) {
+    for (const int centre : {-297, -250, 0, 200, top - 70, top - 2}) {
+      std::uniform_int_distribution<int> expo(std::max(-298, centre - spread),
+                                              std::min(top + 1, centre + spread));
+      ExactSum single, windowed;
+      ExponentWindowLanes window;
+      for (int i = 0; i < 3 * kopt::Impl::ExponentWindow::capacity + 17; ++i) {
+        double x[8];
+        for (int l = 0; l < 8; ++l) {
+          // Multiples of 2^-298, like every sum of squares of floats; some zeros.
+          const int e = expo(rng);
+          double v = std::ldexp(std::floor(std::ldexp(mant(rng), 52)), e - 52);
+          if (e - 52 < -298) v = std::ldexp(std::floor(std::ldexp(v, 298)), -298);
+          if ((i * 8 + l) % 37 == 5 || (i < 3 && l < 5)) v = 0.0;  // the first lanes: zeros
+          x[l] = v;
+          single.add(v);
+        }
+        window.add(x, windowed);
+      }
+      window.flush(windowed);
+      single.normalize();
+      windowed.normalize();
+      SCOPED_TRACE("spread " + std::to_string(spread) + " centre " + std::to_string(centre));
+      EXPECT_EQ(std::memcmp(single.digit, windowed.digit, sizeof single.digit), 0);
+      EXPECT_EQ(single.special, windowed.special);
+    }
+  }
+  for (const double special : {HUGE_VAL, std::nan(""), -std::nan("")}) {
+    ExactSum windowed;
+    ExponentWindowLanes window;
+    const double first[8] = {0.0, 1.0, 2.0, 0.0, 0.0, 0.0, 0.0, 0.0};
+    const double second[8] = {3.0, 0.0, special, 4.0, 0.0, 0.0, 0.0, 5.0};
+    window.add(first, windowed);
+    window.add(second, windowed);
+    window.flush(windowed);
+    EXPECT_EQ(windowed.special, std::isnan(special) ? ExactSum::saw_nan : ExactSum::saw_inf);
+    windowed.special = 0;
+    windowed.normalize();
+    ExactSum single;
+    for (const double v : {1.0, 2.0, 3.0, 4.0, 5.0}) single.add(v);
+    single.normalize();
+    EXPECT_EQ(std::memcmp(single.digit, windowed.digit, sizeof single.digit), 0);
+  }
 }
 
 }  // namespace test_tensor_sums

@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <kopt/impl/exact_sum.hpp>
 #include <kopt/impl/measure_strip.hpp>
+#include <kopt/impl/strip_sums.hpp>
 #include <kopt/impl/update_kernel.hpp>
 #include <string>
 #include <vector>
@@ -70,24 +71,23 @@ struct TensorSumsFunctor {
   static int team_scratch_bytes() {
     return static_cast<int>(K * strip_blocks * padded_block * sizeof(float));
   }
-  /// Host: chunk c in strips (measure_strip), each block's sums added to the chunk's in
-  /// order.
+  /// Host: chunk c in strips (measure_strip), each strip's 8 block sums at once
+  /// (kopt/impl/strip_sums.hpp), added exactly to the chunk's.
   KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t c) const {
     constexpr int S = measure_strip_size;
     const Chunk chunk = chunks_(c);
     const UpdateSlot& slot = slots_(chunk.slot);
     const Scalars& s = scalars_(slot.scalar_set);
     ExactSum acc[K];
-    ExponentWindow window[K];  // exact: the same bits as acc[k].add of each block sum
+    ExponentWindowLanes window[K];  // exact: the same bits as acc[k].add of each block sum
     alignas(64) float x[K * S];
     for (std::int64_t at = chunk.begin; at < chunk.end; at += S) {
       const int n = static_cast<int>(chunk.end - at < S ? chunk.end - at : S);
       measure_strip<Policy, V, ParamT, GradT, MasterT>(slot, dtypes_, at, n, s, x);
-      for (int k = 0; k < K; ++k) {  // a sum at a time, its window a local: in registers
-        ExponentWindow w = window[k];
-        for (int b = 0; b * tensor_sum_block < n; ++b)
-          w.add(block_square_sum(x + k * S + b * tensor_sum_block), acc[k]);
-        window[k] = w;
+      for (int k = 0; k < K; ++k) {  // blocks past n are zeros, which add nothing
+        double sums[blocks_per_strip];
+        strip_square_sums(x + k * S, sums);
+        window[k].add(sums, acc[k]);
       }
     }
     for (int k = 0; k < K; ++k) {
