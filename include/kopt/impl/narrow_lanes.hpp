@@ -3,7 +3,9 @@
 /// The state arrays of narrow_host_loop (kopt/impl/host_loops.hpp) as fused_lanes reads and
 /// writes them: each array in its own dtype (f32, bf16, f16; not q8, whose blocks are encoded
 /// whole), widened into a lane vector of floats and rounded back to nearest even, or
-/// stochastically (StateStorage::state_rounding).
+/// stochastically (StateStorage::state_rounding). (Where params and grads are bf16 and no
+/// fp32 master is kept, the paired loop's MixedPairs and Bf16Pairs take them instead:
+/// kopt/impl/paired_arrays.hpp.)
 ///
 /// The dtypes are run-time values, the same for a whole launch (kopt/impl/narrow_state.hpp):
 /// a switch per array and vector that the branch predictor gets right every time, where

@@ -160,7 +160,8 @@ KOPT_LOOP_FUNCTION void paired_host_loop(
   std::int64_t i = begin;
   if constexpr (lanes_form<Policy, V, F>) {
 #ifdef KOPT_HAVE_VECTOR_EXTENSIONS
-    i = paired_lanes<Policy, V, F>(begin, end, param, grad, master, s0, s1, s2, s, r);
+    i = paired_lanes<Policy, V, F>(begin, end, param, grad, master,
+                                   Bf16Pairs<false>{{s0, s1, s2}, r}, s, r);
 #endif
   }
   for (; !lanes_form<Policy, V, F> && i + paired_strip <= end; i += paired_strip) {
