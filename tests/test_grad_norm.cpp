@@ -11,6 +11,7 @@
 #include <random>
 
 #include "buffer.hpp"
+#include "exact_sum_cases.hpp"
 
 namespace {
 namespace test_grad_norm {
@@ -80,32 +81,16 @@ TEST(ExactSum, AnyOrderAndSplitGivesTheSameBits) {
 // and out of its window, past its capacity, at both ends of the fixed point, and specials.
 TEST(ExactSum, ExponentWindowGivesTheDigitsOfSingleAdds) {
   using kopt::Impl::ExponentWindow;
-  std::mt19937 rng(3);
-  std::uniform_real_distribution<double> mant(1.0, 2.0);
-  const int top = ExactSum::overflow_biased - 1023;  // 2^top: add() counts it as +Inf
-  for (const int spread : {0, 8, 40, 90, 600}) {
-    for (const int centre : {-297, -250, 0, 200, top - 70, top - 2}) {
-      std::uniform_int_distribution<int> expo(std::max(-298, centre - spread),
-                                              std::min(top + 1, centre + spread));
-      ExactSum single, windowed;
-      ExponentWindow window;
-      for (int i = 0; i < 3 * ExponentWindow::capacity + 17; ++i) {
-        // Multiples of 2^-298, like every sum of squares of floats.
-        const int e = expo(rng);
-        double x = std::ldexp(std::floor(std::ldexp(mant(rng), 52)), e - 52);
-        if (e - 52 < -298) x = std::ldexp(std::floor(std::ldexp(x, 298)), -298);
-        if (i % 97 == 5) x = 0.0;
-        single.add(x);
-        window.add(x, windowed);
-      }
-      window.flush(windowed);
-      single.normalize();
-      windowed.normalize();
-      SCOPED_TRACE("spread " + std::to_string(spread) + " centre " + std::to_string(centre));
-      EXPECT_EQ(std::memcmp(single.digit, windowed.digit, sizeof single.digit), 0);
-      EXPECT_EQ(single.special, windowed.special);
+  kopt_test::for_each_exact_sum_case(3, [](const auto& draw, const std::string& label) {
+    ExactSum single, windowed;
+    ExponentWindow window;
+    for (int i = 0; i < 3 * ExponentWindow::capacity + 17; ++i) {
+      const double x = i % 97 == 5 ? 0.0 : draw();
+      single.add(x);
+      window.add(x, windowed);
     }
-  }
+    kopt_test::expect_digits_of_single_adds(single, window, windowed, label);
+  });
   {  // zeros and specials first: the window is set by the first positive finite value
     ExactSum single, windowed;
     ExponentWindow window;

@@ -17,6 +17,8 @@
 #include <string>
 #include <vector>
 
+#include "exact_sum_cases.hpp"
+
 namespace {
 namespace test_tensor_sums {
 
@@ -94,36 +96,19 @@ TEST(TensorSums, StripOfEightBlocksIsEachBlocksTreeBitwise) {
 TEST(TensorSums, LaneWindowGivesTheDigitsOfSingleAdds) {
   using kopt::Impl::ExactSum;
   using kopt::Impl::ExponentWindowLanes;
-  std::mt19937 rng(5);
-  std::uniform_real_distribution<double> mant(1.0, 2.0);
-  const int top = ExactSum::overflow_biased - 1023;  // 2^top: add() counts it as +Inf
-  for (const int spread : {0, 8, 40, 90, 600}) {
-    for (const int centre : {-297, -250, 0, 200, top - 70, top - 2}) {
-      std::uniform_int_distribution<int> expo(std::max(-298, centre - spread),
-                                              std::min(top + 1, centre + spread));
-      ExactSum single, windowed;
-      ExponentWindowLanes window;
-      for (int i = 0; i < 3 * kopt::Impl::ExponentWindow::capacity + 17; ++i) {
-        double x[8];
-        for (int l = 0; l < 8; ++l) {
-          // Multiples of 2^-298, like every sum of squares of floats; some zeros.
-          const int e = expo(rng);
-          double v = std::ldexp(std::floor(std::ldexp(mant(rng), 52)), e - 52);
-          if (e - 52 < -298) v = std::ldexp(std::floor(std::ldexp(v, 298)), -298);
-          if ((i * 8 + l) % 37 == 5 || (i < 3 && l < 5)) v = 0.0;  // the first lanes: zeros
-          x[l] = v;
-          single.add(v);
-        }
-        window.add(x, windowed);
+  kopt_test::for_each_exact_sum_case(5, [](const auto& draw, const std::string& label) {
+    ExactSum single, windowed;
+    ExponentWindowLanes window;
+    for (int i = 0; i < 3 * kopt::Impl::ExponentWindow::capacity + 17; ++i) {
+      double x[8];
+      for (int l = 0; l < 8; ++l) {  // some zeros; the first vectors' first lanes all zeros
+        x[l] = (i * 8 + l) % 37 == 5 || (i < 3 && l < 5) ? 0.0 : draw();
+        single.add(x[l]);
       }
-      window.flush(windowed);
-      single.normalize();
-      windowed.normalize();
-      SCOPED_TRACE("spread " + std::to_string(spread) + " centre " + std::to_string(centre));
-      EXPECT_EQ(std::memcmp(single.digit, windowed.digit, sizeof single.digit), 0);
-      EXPECT_EQ(single.special, windowed.special);
+      window.add(x, windowed);
     }
-  }
+    kopt_test::expect_digits_of_single_adds(single, window, windowed, label);
+  });
   for (const double special : {HUGE_VAL, std::nan(""), -std::nan("")}) {
     ExactSum windowed;
     ExponentWindowLanes window;

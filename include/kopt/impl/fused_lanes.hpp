@@ -117,13 +117,8 @@ KOPT_LOOP_FUNCTION std::int64_t fused_lanes(std::int64_t begin, std::int64_t end
   static_assert(update_prefetch_stride % lane_count == 0);
   std::int64_t i = begin;
   for (; i + lane_count <= end; i += lane_count) {
-    if ((i - begin) % update_prefetch_stride == 0) {
-      prefetch_update<Policy, V, false>(i, param, grad, master, arrays.at[0], arrays.at[1],
-                                        arrays.at[2]);
-      for (int k = 0; k < 3; ++k)
-        if (PrefetchState && (kept >> k & 1u) != 0)
-          arrays.prefetch(k, i + update_prefetch_elements);
-    }
+    if ((i - begin) % update_prefetch_stride == 0)
+      prefetch_lanes<Policy, V, PrefetchState>(i, param, grad, master, arrays);
     // The vector's update under `guard`, from memory (read again for a rerun).
     const auto update = [&](const auto& guard, LaneF(&a)[3], LaneF& out) {
       LaneF w;  // the masters: an fp32 copy, joined from a remainder, or the params

@@ -45,6 +45,19 @@ inline constexpr bool lanes_form =
 #endif
 
 #ifdef KOPT_HAVE_VECTOR_EXTENSIONS
+/// The lane loops' prefetch at element i: the param, grad and master streams'
+/// update_prefetch_elements ahead, and (`State`) each kept array's (its arrays.prefetch).
+template <class Policy, int V, bool State, class ParamT, class GradT, class MasterT, class Arrays>
+KOKKOS_FORCEINLINE_FUNCTION void prefetch_lanes(std::int64_t i, const ParamT* param,
+                                                const GradT* grad, const MasterT* master,
+                                                const Arrays& arrays) {
+  constexpr unsigned kept = Policy::arrays_of(V);
+  prefetch_update<Policy, V, false>(i, param, grad, master, arrays.at[0], arrays.at[1],
+                                    arrays.at[2]);
+  for (int k = 0; k < 3; ++k)
+    if (State && (kept >> k & 1u) != 0) arrays.prefetch(k, i + update_prefetch_elements);
+}
+
 /// Elements [begin, ...) in vectors of 2 * lane_count (lane_count pairs), as many as fit
 /// before `end`; returns where it stopped. Each line of each stream is prefetched
 /// update_prefetch_elements ahead. `arrays`: the state arrays (Bf16Pairs, MixedPairs:
@@ -62,12 +75,7 @@ KOPT_LOOP_FUNCTION std::int64_t paired_lanes(std::int64_t begin, std::int64_t en
   static_assert(32 % step == 0, "a line of a 16-bit stream is a whole number of steps");
   std::int64_t i = begin;
   for (; i + step <= end; i += step) {
-    if (((i - begin) & 31) == 0) {
-      prefetch_update<Policy, V, false>(i, param, grad, master, arrays.at[0], arrays.at[1],
-                                        arrays.at[2]);
-      for (int k = 0; k < 3; ++k)
-        if ((kept >> k & 1u) != 0) arrays.prefetch(k, i + update_prefetch_elements);
-    }
+    if (((i - begin) & 31) == 0) prefetch_lanes<Policy, V, true>(i, param, grad, master, arrays);
     // The vector's update under `guard`, from memory (read again for a rerun: nothing is
     // stored before the flags are known, and rereading keeps fewer vectors live than a copy).
     const auto update = [&](const auto& guard, LaneF(&a)[3][2], LaneF(&out)[2]) {
