@@ -108,6 +108,12 @@ struct ExponentWindow {
   int base = -1;
   int count = 0;
 
+  /// The window's bottom around a positive finite normal value's biased exponent.
+  KOKKOS_INLINE_FUNCTION static int base_around(int biased) {
+    const int centred = biased - width / 2, top = ExactSum::overflow_biased - 1 - width;
+    return centred < 1 ? 1 : centred > top ? top : centred;
+  }
+
   KOKKOS_INLINE_FUNCTION void add(double x, ExactSum& acc) {
     std::uint64_t bits;
     std::memcpy(&bits, &x, sizeof bits);
@@ -117,8 +123,7 @@ struct ExponentWindow {
         acc.add(x);
         return;
       }
-      const int centred = biased - width / 2, top = ExactSum::overflow_biased - 1 - width;
-      base = centred < 1 ? 1 : centred > top ? top : centred;
+      base = base_around(biased);
     }
     const auto r = static_cast<unsigned>(biased - base);
     if (r >= unsigned{width}) {

@@ -26,9 +26,7 @@ struct Bf16Pairs {
   ChunkRounding r;
 
   KOKKOS_FORCEINLINE_FUNCTION void load(int k, std::int64_t i, LaneF (&a)[2]) const {
-    const LaneU w = load_lanes(at[k] + i);
-    a[0] = even_floats(w);
-    a[1] = odd_floats(w);
+    bf16_pair_floats(load_lanes(at[k] + i), a);
   }
   KOKKOS_FORCEINLINE_FUNCTION void store(int k, std::int64_t i, const LaneF (&a)[2]) const {
     if constexpr (Stochastic) {
@@ -62,12 +60,8 @@ struct MixedPairs {
 
   KOKKOS_FORCEINLINE_FUNCTION void load(int k, std::int64_t i, LaneF (&a)[2]) const {
     switch (d.of[k]) {
-      case DType::bf16: {
-        const LaneU w = load_lanes(static_cast<const bfloat16*>(at[k]) + i);
-        a[0] = even_floats(w);
-        a[1] = odd_floats(w);
-        return;
-      }
+      case DType::bf16:
+        return bf16_pair_floats(load_lanes(static_cast<const bfloat16*>(at[k]) + i), a);
       case DType::f16:
         return f16_pair_floats(load_lanes(static_cast<const float16*>(at[k]) + i), a);
       default:

@@ -20,6 +20,12 @@ namespace kopt::Impl {
 KOKKOS_FORCEINLINE_FUNCTION LaneF even_floats(LaneU w) { return bits_float(w << 16); }
 KOKKOS_FORCEINLINE_FUNCTION LaneF odd_floats(LaneU w) { return bits_float(w & 0xffff0000u); }
 
+/// bf16 pair words `w` as floats: out[0] the even elements, out[1] the odd ones.
+KOKKOS_FORCEINLINE_FUNCTION void bf16_pair_floats(LaneU w, LaneF (&out)[2]) {
+  out[0] = even_floats(w);
+  out[1] = odd_floats(w);
+}
+
 /// Pair words from the even and odd elements' 16-bit results, each in its lane's low half (the
 /// even one's high half zero, as the rounding functions leave it; the odd one's is shifted out).
 KOKKOS_FORCEINLINE_FUNCTION LaneU pair_words(LaneU even, LaneU odd) { return even | odd << 16; }

@@ -96,9 +96,7 @@ struct ExponentWindowLanes {
     for (int l = 0; l < 8; ++l) {
       const int biased = static_cast<int>(bits[l] >> 52);  // >= 2048 with the sign bit set
       if (biased == 0 || biased >= 2047) continue;
-      const int centred = biased - ExponentWindow::width / 2,
-                top = ExactSum::overflow_biased - 1 - ExponentWindow::width;
-      base = centred < 1 ? 1 : centred > top ? top : centred;
+      base = ExponentWindow::base_around(biased);
       return true;
     }
     return false;
