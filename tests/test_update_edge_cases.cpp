@@ -3,6 +3,7 @@
 // nor a doubled "kopt: " prefix.
 #include <kopt/kopt.h>
 
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
 #include <kopt/adam_update.hpp>
@@ -144,6 +145,68 @@ TEST(HugeGrads, NanAndInfGradsStillPropagate) {
   m = 0.5f, v = 0.25f;
   EXPECT_TRUE(std::isnan(kopt::Impl::adam_update<false>(1.0f, INFINITY, m, v, vmax, s)));
   EXPECT_TRUE(m == INFINITY && v == INFINITY);  // torch: inf / inf in the update, NaN
+}
+
+// AdamW's moments come from the grad alone, as torch's AdamW's do: a param that is NaN or inf
+// stays so, but its moments are the bits a finite param gets (a term 0 * p in g spread NaN
+// into both moments for good). Adam's L2 term p * weight_decay does spread it, as in torch.
+// Every storage form, on the host: the fp32 loop, fp32 masters, remainders (the paired
+// vector loop and its scalar tail) and no master, with fp32 and bf16 state arrays.
+template <class P>
+void check_moments_of_non_finite_params(const kopt::StateStorage& storage) {
+  constexpr std::size_t n = 77;  // vectors of pairs and a scalar tail
+  const std::size_t odd_ones[] = {5, 40, 41, 76};
+  std::mt19937 rng(7);
+  SpaceArray<P, Space> finite(n), poisoned(n);
+  SpaceArray<float, Space> grad(n);
+  fill_uniform(finite.host, rng, -1.0f, 1.0f);
+  fill_uniform(grad.host, rng, -1.0f, 1.0f);
+  poisoned.host = finite.host;
+  for (const std::size_t i : odd_ones)
+    poisoned.host[i] = kopt::Impl::from_float<P>(i % 2 == 0 ? NAN : -INFINITY);
+  finite.upload();
+  poisoned.upload();
+  grad.upload();
+  for (const bool decoupled : {true, false}) {
+    SCOPED_TRACE(decoupled ? "AdamW" : "Adam");
+    const kopt::AdamConfig c{.weight_decay = 0.1, .decoupled = decoupled};
+    kopt::FusedAdam<Space> a(Space(), c, "kopt::test_finite", storage);
+    kopt::FusedAdam<Space> b(Space(), c, "kopt::test_poisoned", storage);
+    a.add("w", finite.tensor(), grad.tensor());
+    b.add("w", poisoned.tensor(), grad.tensor());
+    for (int step = 0; step < 3; ++step) {
+      a.step();
+      b.step();
+    }
+    Kokkos::fence();
+    const auto sa = a.state("w"), sb = b.state("w");
+    const std::vector<double> ma = to_host(sa.exp_avg), mb = to_host(sb.exp_avg);
+    const std::vector<double> va = to_host(sa.exp_avg_sq), vb = to_host(sb.exp_avg_sq);
+    const std::vector<double> pb = widen(poisoned.download());
+    for (std::size_t i = 0; i < n; ++i) {
+      const bool odd = std::find(std::begin(odd_ones), std::end(odd_ones), i) != std::end(odd_ones);
+      if (!odd || decoupled) {
+        ASSERT_EQ(mb[i], ma[i]) << "exp_avg " << i;
+        ASSERT_EQ(vb[i], va[i]) << "exp_avg_sq " << i;
+      } else {
+        ASSERT_TRUE(std::isnan(mb[i]) && std::isnan(vb[i])) << "Adam's L2 term spreads it " << i;
+      }
+      ASSERT_EQ(std::isfinite(pb[i]), !odd) << "param " << i;
+    }
+  }
+}
+
+TEST(NonFiniteParams, AdamWMomentsComeFromTheGradAlone) {
+  using kopt::DType;
+  using kopt::MasterStorage;
+  check_moments_of_non_finite_params<float>({});
+  check_moments_of_non_finite_params<float>({.arrays = DType::bf16});
+  check_moments_of_non_finite_params<kopt::bfloat16>({});
+  for (const MasterStorage master : {MasterStorage::remainder, MasterStorage::none})
+    for (const DType arrays : {DType::f32, DType::bf16}) {
+      SCOPED_TRACE(kopt::name_of(master) + std::string(", ") + kopt::name_of(arrays));
+      check_moments_of_non_finite_params<kopt::bfloat16>({.master = master, .arrays = arrays});
+    }
 }
 
 // ---- Error messages: no path of the build machine, one "kopt: " at most ----

@@ -132,9 +132,9 @@ KOPT_LOOP_FUNCTION std::int64_t fused_lanes(std::int64_t begin, std::int64_t end
       out = Policy::template update_with<V>(w, load_floats(grad + i), a[0], a[1], a[2], s, guard);
     };
     LaneF a[3], out;
-    LaneU flags{};
-    update(FlagOverflow<LaneU>{flags}, a, out);
-    if (any_top_bit(flags)) [[unlikely]]  // an interpolation overflowed: the guards decide
+    LaneFlags flags;
+    update(FlagOverflow<LaneFlags>{flags}, a, out);
+    if (flags.any()) [[unlikely]]  // an interpolation overflowed: the guards decide
       update(GuardEachElement{}, a, out);
     if constexpr (f32_param) {
       store_lanes(param + i, float_bits(out));

@@ -22,7 +22,7 @@
 #include <kopt/impl/element_update.hpp>
 #include <kopt/impl/lanes.hpp>
 #include <kopt/impl/paired_arrays.hpp>
-#include <kopt/impl/param_remainder.hpp>
+#include <kopt/impl/remainder_pairs.hpp>
 #include <kopt/impl/stochastic_rounding.hpp>
 #include <type_traits>
 
@@ -82,9 +82,7 @@ KOPT_LOOP_FUNCTION std::int64_t paired_lanes(std::int64_t begin, std::int64_t en
       const LaneU pw = load_lanes(param + i), gw = load_lanes(grad + i);
       LaneF w[2];  // the masters (or params) of the even and the odd elements
       if constexpr (remainder) {
-        const LaneU rw = load_lanes(master + i);
-        w[0] = bits_float(join_master_bits(pw & 0xffffu, rw & 0xffffu));
-        w[1] = bits_float(join_master_bits(pw >> 16, rw >> 16));
+        join_master_pairs(pw, load_lanes(master + i), w);
       } else {
         w[0] = even_floats(pw);
         w[1] = odd_floats(pw);
@@ -101,14 +99,15 @@ KOPT_LOOP_FUNCTION std::int64_t paired_lanes(std::int64_t begin, std::int64_t en
                                                guard);
     };
     LaneF a[3][2], out[2];
-    LaneU flags{};
-    update(FlagOverflow<LaneU>{flags}, a, out);
-    if (any_top_bit(flags)) [[unlikely]]  // an interpolation overflowed: the guards decide
+    LaneFlags flags;
+    update(FlagOverflow<LaneFlags>{flags}, a, out);
+    if (flags.any()) [[unlikely]]  // an interpolation overflowed: the guards decide
       update(GuardEachElement{}, a, out);
     if constexpr (remainder) {
-      const LaneU x0 = float_bits(out[0]), x1 = float_bits(out[1]);
-      store_lanes(param + i, pair_words(split_param_bits(x0), split_param_bits(x1)));
-      store_lanes(master + i, pair_words(x0 & 0xffffu, x1));
+      LaneU pw, rw;
+      split_master_pairs(out, pw, rw);
+      store_lanes(param + i, pw);
+      store_lanes(master + i, rw);
     } else if constexpr (std::is_same_v<typename F::MasterT, RoundToNearest>) {
       store_lanes(param + i, bf16_nearest_pairs(out[0], out[1]));
     } else {

@@ -1,0 +1,90 @@
+#pragma once
+/// \file
+/// fp32 masters kept as a bf16 param and a 16-bit remainder (kopt/impl/param_remainder.hpp),
+/// a vector of pair words at a time (kopt/impl/paired_words.hpp): join_master_bits of each
+/// element from the param and remainder words, and split_param_bits with the remainder's
+/// low halves back into words. The same bits as those functions, element by element.
+///
+/// With AVX-512 (BW, DQ) both work on the words as they are. The join's correction (the
+/// param one less where its remainder is above 0x8000 and it is not NaN) is two 16-bit
+/// compares and a masked 16-bit subtract on the param words, before they are split; the
+/// split's NaN test is one classifying instruction per vector, and each word is put together
+/// by a single ternary logic op. ~24 instructions where the generic lanes took ~40: with
+/// LaneFlags and AdamW's g without the param, the 18-byte step went from 44 to 32 cycles per
+/// 32 elements on a Zen 5 core, in cache.
+
+#include <cstdint>
+#include <cstring>
+#include <kopt/impl/lanes.hpp>
+#include <kopt/impl/paired_words.hpp>
+#include <kopt/impl/param_remainder.hpp>
+
+namespace kopt::Impl {
+
+#ifdef KOPT_HAVE_VECTOR_EXTENSIONS
+#if defined(__AVX512BW__) && defined(__AVX512DQ__)
+KOKKOS_FORCEINLINE_FUNCTION __m512i lanes_m512i(LaneU u) {
+  __m512i v;
+  std::memcpy(&v, &u, sizeof v);
+  return v;
+}
+KOKKOS_FORCEINLINE_FUNCTION LaneU m512i_lanes(__m512i v) {
+  LaneU u;
+  std::memcpy(&u, &v, sizeof u);
+  return u;
+}
+/// vpternlogd's truth tables for a | (b & c) and a | (b & ~c).
+inline constexpr int a_or_b_and_c = 0xf8, a_or_b_and_not_c = 0xf4;
+/// Every lane: the shifts' masked forms (GCC 12 warns that the unmasked ones' undefined
+/// source may be used).
+inline constexpr __mmask16 all = 0xffff;
+#endif
+
+/// The masters of the elements whose params and remainders are the pair words `pw` and
+/// `rw`: w[0] the even elements', w[1] the odd ones'.
+KOKKOS_FORCEINLINE_FUNCTION void join_master_pairs(LaneU pw, LaneU rw, LaneF (&w)[2]) {
+#if defined(__AVX512BW__) && defined(__AVX512DQ__)
+  const __m512i p = lanes_m512i(pw), r = lanes_m512i(rw);
+  const __mmask32 up = _mm512_cmpgt_epu16_mask(r, _mm512_set1_epi16(static_cast<short>(0x8000)));
+  const __mmask32 nan = _mm512_cmpgt_epu16_mask(_mm512_and_si512(p, _mm512_set1_epi16(0x7fff)),
+                                                _mm512_set1_epi16(0x7f80));
+  const __m512i q = _mm512_mask_sub_epi16(p, _kandn_mask32(nan, up), p, _mm512_set1_epi16(1));
+  const __m512i low = _mm512_set1_epi32(0xffff);
+  w[0] = bits_float(m512i_lanes(
+      _mm512_ternarylogic_epi32(_mm512_maskz_slli_epi32(all, q, 16), r, low, a_or_b_and_c)));
+  w[1] = bits_float(m512i_lanes(
+      _mm512_ternarylogic_epi32(_mm512_maskz_srli_epi32(all, r, 16), q, low, a_or_b_and_not_c)));
+#else
+  w[0] = bits_float(join_master_bits(pw & 0xffffu, rw & 0xffffu));
+  w[1] = bits_float(join_master_bits(pw >> 16, rw >> 16));
+#endif
+}
+
+/// The param and remainder pair words of masters `w` (w[0] the even elements', w[1] the odd
+/// ones'): split_param_bits and the low halves.
+KOKKOS_FORCEINLINE_FUNCTION void split_master_pairs(const LaneF (&w)[2], LaneU& pw, LaneU& rw) {
+#if defined(__AVX512BW__) && defined(__AVX512DQ__)
+  __m512 f[2];
+  std::memcpy(&f, &w, sizeof f);
+  __m512i x[2], y[2];
+  constexpr int nan = 0x01 | 0x80;  // QNaN, SNaN
+  for (int h = 0; h < 2; ++h) {
+    x[h] = _mm512_castps_si512(f[h]);
+    y[h] = _mm512_mask_or_epi32(_mm512_add_epi32(x[h], _mm512_set1_epi32(0x7fff)),
+                                _mm512_fpclass_ps_mask(f[h], nan), x[h],
+                                _mm512_set1_epi32(0x00400000));
+  }
+  const __m512i low = _mm512_set1_epi32(0xffff);
+  pw = m512i_lanes(_mm512_ternarylogic_epi32(_mm512_maskz_srli_epi32(all, y[0], 16), y[1], low,
+                                             a_or_b_and_not_c));
+  rw = m512i_lanes(
+      _mm512_ternarylogic_epi32(_mm512_maskz_slli_epi32(all, x[1], 16), x[0], low, a_or_b_and_c));
+#else
+  const LaneU x0 = float_bits(w[0]), x1 = float_bits(w[1]);
+  pw = pair_words(split_param_bits(x0), split_param_bits(x1));
+  rw = pair_words(x0 & 0xffffu, x1);
+#endif
+}
+#endif
+
+}  // namespace kopt::Impl
