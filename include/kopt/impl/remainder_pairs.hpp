@@ -33,11 +33,10 @@ KOKKOS_FORCEINLINE_FUNCTION LaneU m512i_lanes(__m512i v) {
   std::memcpy(&u, &v, sizeof u);
   return u;
 }
-/// vpternlogd's truth tables for a | (b & c) and a | (b & ~c).
+/// vpternlogd's truth tables for a | (b & c) and a | (b & ~c). (The shifts below are the
+/// masked forms, every lane: GCC 12 warns that the unmasked ones' undefined source may be
+/// used.)
 inline constexpr int a_or_b_and_c = 0xf8, a_or_b_and_not_c = 0xf4;
-/// Every lane: the shifts' masked forms (GCC 12 warns that the unmasked ones' undefined
-/// source may be used).
-inline constexpr __mmask16 all = 0xffff;
 #endif
 
 /// The masters of the elements whose params and remainders are the pair words `pw` and
@@ -51,9 +50,9 @@ KOKKOS_FORCEINLINE_FUNCTION void join_master_pairs(LaneU pw, LaneU rw, LaneF (&w
   const __m512i q = _mm512_mask_sub_epi16(p, _kandn_mask32(nan, up), p, _mm512_set1_epi16(1));
   const __m512i low = _mm512_set1_epi32(0xffff);
   w[0] = bits_float(m512i_lanes(
-      _mm512_ternarylogic_epi32(_mm512_maskz_slli_epi32(all, q, 16), r, low, a_or_b_and_c)));
+      _mm512_ternarylogic_epi32(_mm512_maskz_slli_epi32(0xffff, q, 16), r, low, a_or_b_and_c)));
   w[1] = bits_float(m512i_lanes(
-      _mm512_ternarylogic_epi32(_mm512_maskz_srli_epi32(all, r, 16), q, low, a_or_b_and_not_c)));
+      _mm512_ternarylogic_epi32(_mm512_maskz_srli_epi32(0xffff, r, 16), q, low, a_or_b_and_not_c)));
 #else
   w[0] = bits_float(join_master_bits(pw & 0xffffu, rw & 0xffffu));
   w[1] = bits_float(join_master_bits(pw >> 16, rw >> 16));
@@ -75,10 +74,10 @@ KOKKOS_FORCEINLINE_FUNCTION void split_master_pairs(const LaneF (&w)[2], LaneU& 
                                 _mm512_set1_epi32(0x00400000));
   }
   const __m512i low = _mm512_set1_epi32(0xffff);
-  pw = m512i_lanes(_mm512_ternarylogic_epi32(_mm512_maskz_srli_epi32(all, y[0], 16), y[1], low,
+  pw = m512i_lanes(_mm512_ternarylogic_epi32(_mm512_maskz_srli_epi32(0xffff, y[0], 16), y[1], low,
                                              a_or_b_and_not_c));
-  rw = m512i_lanes(
-      _mm512_ternarylogic_epi32(_mm512_maskz_slli_epi32(all, x[1], 16), x[0], low, a_or_b_and_c));
+  rw = m512i_lanes(_mm512_ternarylogic_epi32(_mm512_maskz_slli_epi32(0xffff, x[1], 16), x[0], low,
+                                             a_or_b_and_c));
 #else
   const LaneU x0 = float_bits(w[0]), x1 = float_bits(w[1]);
   pw = pair_words(split_param_bits(x0), split_param_bits(x1));
