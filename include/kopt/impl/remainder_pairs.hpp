@@ -23,16 +23,6 @@ namespace kopt::Impl {
 
 #ifdef KOPT_HAVE_VECTOR_EXTENSIONS
 #if defined(__AVX512BW__) && defined(__AVX512DQ__)
-KOKKOS_FORCEINLINE_FUNCTION __m512i lanes_m512i(LaneU u) {
-  __m512i v;
-  std::memcpy(&v, &u, sizeof v);
-  return v;
-}
-KOKKOS_FORCEINLINE_FUNCTION LaneU m512i_lanes(__m512i v) {
-  LaneU u;
-  std::memcpy(&u, &v, sizeof u);
-  return u;
-}
 /// vpternlogd's truth tables for a | (b & c) and a | (b & ~c). (The shifts below are the
 /// masked forms, every lane: GCC 12 warns that the unmasked ones' undefined source may be
 /// used.)
@@ -43,15 +33,15 @@ inline constexpr int a_or_b_and_c = 0xf8, a_or_b_and_not_c = 0xf4;
 /// `rw`: w[0] the even elements', w[1] the odd ones'.
 KOKKOS_FORCEINLINE_FUNCTION void join_master_pairs(LaneU pw, LaneU rw, LaneF (&w)[2]) {
 #if defined(__AVX512BW__) && defined(__AVX512DQ__)
-  const __m512i p = lanes_m512i(pw), r = lanes_m512i(rw);
+  const __m512i p = lane_cast<__m512i>(pw), r = lane_cast<__m512i>(rw);
   const __mmask32 up = _mm512_cmpgt_epu16_mask(r, _mm512_set1_epi16(static_cast<short>(0x8000)));
   const __mmask32 nan = _mm512_cmpgt_epu16_mask(_mm512_and_si512(p, _mm512_set1_epi16(0x7fff)),
                                                 _mm512_set1_epi16(0x7f80));
   const __m512i q = _mm512_mask_sub_epi16(p, _kandn_mask32(nan, up), p, _mm512_set1_epi16(1));
   const __m512i low = _mm512_set1_epi32(0xffff);
-  w[0] = bits_float(m512i_lanes(
+  w[0] = bits_float(lane_cast<LaneU>(
       _mm512_ternarylogic_epi32(_mm512_maskz_slli_epi32(0xffff, q, 16), r, low, a_or_b_and_c)));
-  w[1] = bits_float(m512i_lanes(
+  w[1] = bits_float(lane_cast<LaneU>(
       _mm512_ternarylogic_epi32(_mm512_maskz_srli_epi32(0xffff, r, 16), q, low, a_or_b_and_not_c)));
 #else
   w[0] = bits_float(join_master_bits(pw & 0xffffu, rw & 0xffffu));
@@ -63,8 +53,7 @@ KOKKOS_FORCEINLINE_FUNCTION void join_master_pairs(LaneU pw, LaneU rw, LaneF (&w
 /// ones'): split_param_bits and the low halves.
 KOKKOS_FORCEINLINE_FUNCTION void split_master_pairs(const LaneF (&w)[2], LaneU& pw, LaneU& rw) {
 #if defined(__AVX512BW__) && defined(__AVX512DQ__)
-  __m512 f[2];
-  std::memcpy(&f, &w, sizeof f);
+  const __m512 f[2] = {lane_cast<__m512>(w[0]), lane_cast<__m512>(w[1])};
   __m512i x[2], y[2];
   constexpr int nan = 0x01 | 0x80;  // QNaN, SNaN
   for (int h = 0; h < 2; ++h) {
@@ -74,10 +63,10 @@ KOKKOS_FORCEINLINE_FUNCTION void split_master_pairs(const LaneF (&w)[2], LaneU& 
                                 _mm512_set1_epi32(0x00400000));
   }
   const __m512i low = _mm512_set1_epi32(0xffff);
-  pw = m512i_lanes(_mm512_ternarylogic_epi32(_mm512_maskz_srli_epi32(0xffff, y[0], 16), y[1], low,
-                                             a_or_b_and_not_c));
-  rw = m512i_lanes(_mm512_ternarylogic_epi32(_mm512_maskz_slli_epi32(0xffff, x[1], 16), x[0], low,
-                                             a_or_b_and_c));
+  pw = lane_cast<LaneU>(_mm512_ternarylogic_epi32(_mm512_maskz_srli_epi32(0xffff, y[0], 16), y[1],
+                                                  low, a_or_b_and_not_c));
+  rw = lane_cast<LaneU>(_mm512_ternarylogic_epi32(_mm512_maskz_slli_epi32(0xffff, x[1], 16), x[0],
+                                                  low, a_or_b_and_c));
 #else
   const LaneU x0 = float_bits(w[0]), x1 = float_bits(w[1]);
   pw = pair_words(split_param_bits(x0), split_param_bits(x1));
