@@ -1,6 +1,7 @@
 // q8 blocks a lane vector at a time (kopt/impl/q8_lanes.hpp, q8_code_lanes.hpp) against the
 // scalar map they stand in for (Q8Map, kopt/impl/block_q8.hpp, itself checked against a
-// search in double by test_block_q8.cpp), bitwise: every code decoded at every scale; codes
+// search in double by test_block_q8.cpp), bitwise: every code decoded at every scale (and
+// by the paired loop's decoding, kopt/impl/q8_pairs.hpp, in either half of a pair); codes
 // of floats of every exponent, each side of every rounding boundary, both signs, to nearest
 // and stochastically; whole blocks' scales and codes; and narrow_host_loop over q8 arrays
 // (the lanes for whole blocks, the staging for a last partial one) against the scalar pieces
@@ -47,9 +48,43 @@ void expect_decodes_like_the_map() {
   }
 }
 
+// The paired loop's decoding (q8_pairs.hpp): 2 * lane_count codes read as pair words, each
+// code in turn in the even and the odd half of a word beside every other code.
+template <bool Root>
+void expect_pairs_decode_like_the_map() {
+  std::vector<float> scales = {std::numeric_limits<float>::quiet_NaN()};
+  for (int e = -126; e <= 127; ++e) scales.push_back(std::ldexp(1.0f, e));
+  for (const float scale : scales) {
+    for (std::uint32_t c0 = 0; c0 < 256 * 256; c0 += 2 * lane_count) {
+      unsigned char codes[2 * lane_count];
+      for (int j = 0; j < 2 * lane_count; ++j) {
+        const std::uint32_t pair = (c0 + static_cast<std::uint32_t>(j)) >> 1;
+        codes[j] = static_cast<unsigned char>(j % 2 == 0 ? pair & 0xffu : pair >> 8);
+      }
+      LaneF x[2];
+      q8_decode_pairs<Root>(load_code_pairs(codes), scale, x);
+      for (int j = 0; j < 2 * lane_count; ++j)
+        ASSERT_EQ(std::bit_cast<std::uint32_t>(x[j % 2][j / 2]),
+                  std::bit_cast<std::uint32_t>(q8_decode<Root>(codes[j], scale)))
+            << "code " << int{codes[j]} << " at " << j << ", scale " << scale;
+    }
+  }
+}
+
 TEST(Q8Lanes, EveryCodeDecodesAtEveryScaleAsTheMapDoes) {
   expect_decodes_like_the_map<false>();
   expect_decodes_like_the_map<true>();
+  expect_pairs_decode_like_the_map<false>();
+  expect_pairs_decode_like_the_map<true>();
+}
+
+TEST(Q8Lanes, EveryScaleInvertsAsADivisionDoes) {
+  std::vector<float> scales = {std::numeric_limits<float>::quiet_NaN()};
+  for (int e = -126; e <= 127; ++e) scales.push_back(std::ldexp(1.0f, e));
+  for (const float scale : scales)
+    EXPECT_EQ(std::bit_cast<std::uint32_t>(q8_inverse_scale(scale)),
+              std::bit_cast<std::uint32_t>(1.0f / scale))
+        << "scale " << scale;
 }
 
 // Floats of every exponent: around each point where the dropped mantissa bits round one way
@@ -215,12 +250,13 @@ StateDTypes dtypes(DType m, DType v, DType vmax, bool stochastic = false) {
 template <class ParamT, class MasterT>
 void expect_loop_like_the_pieces(const AdamConfig& config) {
   using F = Form<MasterT, NarrowState>;
-  constexpr auto f32 = DType::f32, bf16 = DType::bf16, q8 = DType::q8;
+  constexpr auto f32 = DType::f32, bf16 = DType::bf16, f16 = DType::f16, q8 = DType::q8;
   visit_variant<AdamPolicy>(AdamPolicy::variant(config), [&](auto v) {
     constexpr int V = decltype(v)::value;
     for (const StateDTypes d :
          {dtypes(q8, q8, q8), dtypes(q8, f32, f32), dtypes(bf16, q8, q8), dtypes(q8, bf16, q8),
-          dtypes(q8, q8, q8, true), dtypes(q8, bf16, q8, true), dtypes(bf16, q8, f32, true)}) {
+          dtypes(q8, f16, q8), dtypes(q8, q8, q8, true), dtypes(q8, f32, q8, true),
+          dtypes(q8, bf16, q8, true), dtypes(bf16, q8, f32, true)}) {
       for (const std::int64_t n : {0, 1, 17, 255, 256, 257, 1000, 4096 + 256 + 31}) {
         auto loop = random_streams<ParamT, MasterT>(n, d, static_cast<unsigned>(n));
         auto pieces = loop;

@@ -15,6 +15,7 @@
 #include <kopt/impl/narrow_state.hpp>
 #include <kopt/impl/paired_loop.hpp>
 #include <kopt/impl/q8_lanes.hpp>
+#include <kopt/impl/q8_pairs.hpp>
 #include <type_traits>
 
 namespace kopt::Impl {
@@ -124,6 +125,9 @@ KOPT_LOOP_FUNCTION void narrow_host_loop(std::int64_t begin, std::int64_t end,
     else if (MixedPairs::takes(d, kept))
       i = paired_lanes<Policy, V, Paired>(begin, end, param, grad, master,
                                           MixedPairs{{s0, s1, s2}, d}, s, r);
+    else if (Q8Pairs::takes(d, kept))  // q8 arrays among them (MixedPairs took the rest)
+      i = q8_paired_blocks<Policy, V, Paired>(begin, end, param, grad, master, {s0, s1, s2}, d, s,
+                                              r);
 #endif
   }
   if constexpr (fused_lanes_form<Policy, V, ParamT, GradT, Wide>) {

@@ -52,8 +52,8 @@ KOKKOS_FORCEINLINE_FUNCTION void prefetch_lanes(std::int64_t i, const ParamT* pa
                                                 const GradT* grad, const MasterT* master,
                                                 const Arrays& arrays) {
   constexpr unsigned kept = Policy::arrays_of(V);
-  prefetch_update<Policy, V, false>(i, param, grad, master, arrays.at[0], arrays.at[1],
-                                    arrays.at[2]);
+  const float* none = nullptr;  // the arrays' streams are the arrays' own to prefetch
+  prefetch_update<Policy, V, false>(i, param, grad, master, none, none, none);
   for (int k = 0; k < 3; ++k)
     if (State && (kept >> k & 1u) != 0) arrays.prefetch(k, i + update_prefetch_elements);
 }
@@ -61,7 +61,7 @@ KOKKOS_FORCEINLINE_FUNCTION void prefetch_lanes(std::int64_t i, const ParamT* pa
 /// Elements [begin, ...) in vectors of 2 * lane_count (lane_count pairs), as many as fit
 /// before `end`; returns where it stopped. Each line of each stream is prefetched
 /// update_prefetch_elements ahead. `arrays`: the state arrays (Bf16Pairs, MixedPairs:
-/// kopt/impl/paired_arrays.hpp).
+/// kopt/impl/paired_arrays.hpp; Q8Pairs, a q8 block's: kopt/impl/q8_pairs.hpp).
 template <class Policy, int V, class F, class Arrays>
 KOPT_LOOP_FUNCTION std::int64_t paired_lanes(std::int64_t begin, std::int64_t end,
                                              bfloat16* KOPT_RESTRICT param,
@@ -78,7 +78,10 @@ KOPT_LOOP_FUNCTION std::int64_t paired_lanes(std::int64_t begin, std::int64_t en
     if (((i - begin) & 31) == 0) prefetch_lanes<Policy, V, true>(i, param, grad, master, arrays);
     // The vector's update under `guard`, from memory (read again for a rerun: nothing is
     // stored before the flags are known, and rereading keeps fewer vectors live than a copy).
-    const auto update = [&](const auto& guard, LaneF(&a)[3][2], LaneF(&out)[2]) {
+    // Inlined always: with q8 arrays' decoding (Q8Pairs) GCC made it a call per vector, its
+    // arrays through the stack, and q8 m and v took 128 cycles per 32 elements, not 100.
+    const auto update = [&](const auto& guard, LaneF(&a)[3][2], LaneF(&out)[2])
+        __attribute__((always_inline)) {
       const LaneU pw = load_lanes(param + i), gw = load_lanes(grad + i);
       LaneF w[2];  // the masters (or params) of the even and the odd elements
       if constexpr (remainder) {

@@ -181,20 +181,38 @@ KOKKOS_FORCEINLINE_FUNCTION void q8_encode_codes(const float* KOPT_RESTRICT in,
   }
 }
 
+/// 1 / a block's scale (a power of two from 2^-126 to 2^127, or NaN), exactly, without a
+/// division: its exponent negated (2^127's inverse a subnormal). The division's latency
+/// delayed each block's encoding.
+KOKKOS_FORCEINLINE_FUNCTION float q8_inverse_scale(float scale) {
+  const std::uint32_t e = float_bits(scale) >> 23;
+  return e >= 255u ? scale : bits_float(e == 254u ? 0x00400000u : (254u - e) << 23);
+}
+
+/// The bits of the largest magnitude of a block's values (in any order): bit patterns of
+/// magnitudes order as the values, NaN above Inf.
+KOKKOS_FORCEINLINE_FUNCTION std::uint32_t q8_block_top(const float* in) {
+  LaneU tops[4] = {};  // four chains, not one: the block's encoding waits for this
+  for (int j = 0; j < q8_block; j += 4 * lane_count)
+    for (int q = 0; q < 4; ++q) {
+      const LaneU a = load_lanes(in + j + q * lane_count) & 0x7fffffffu;
+      tops[q] = a > tops[q] ? a : tops[q];
+    }
+  const LaneU t01 = tops[0] > tops[1] ? tops[0] : tops[1];
+  const LaneU t23 = tops[2] > tops[3] ? tops[2] : tops[3];
+  const LaneU top = t01 > t23 ? t01 : t23;
+  std::uint32_t amax = 0;
+  for (int l = 0; l < lane_count; ++l) amax = top[l] > amax ? top[l] : amax;
+  return amax;
+}
+
 /// q8_encode_run<Root>(in, block, q8_block, r, i): a whole block from its values.
 template <bool Root>
 KOPT_LOOP_FUNCTION void q8_encode_block(const float* KOPT_RESTRICT in,
                                         unsigned char* KOPT_RESTRICT block,
                                         const ChunkRounding* r = nullptr, std::int64_t i = 0) {
   static_assert(q8_block % (4 * lane_count) == 0);
-  LaneU top{};  // bit patterns of magnitudes order as the values, NaN above Inf
-  for (int j = 0; j < q8_block; j += lane_count) {
-    const LaneU a = load_lanes(in + j) & 0x7fffffffu;
-    top = a > top ? a : top;
-  }
-  std::uint32_t amax = 0;
-  for (int l = 0; l < lane_count; ++l) amax = top[l] > amax ? top[l] : amax;
-  const float scale = q8_scale<Root>(amax), inv = 1.0f / scale;
+  const float scale = q8_scale<Root>(q8_block_top(in)), inv = q8_inverse_scale(scale);
   if (r == nullptr)
     q8_encode_codes<Root, false>(in, block, inv, r, i);
   else

@@ -1,0 +1,202 @@
+#pragma once
+/// \file
+/// q8 blocks (kopt/impl/block_q8.hpp) in the paired loop (kopt/impl/paired_lanes.hpp): where
+/// params and grads are bf16 and no fp32 master is kept, a block's codes are read as pair
+/// words (32 codes widened to 16 bits each, the even element's in a word's low half), decoded
+/// into the even and the odd elements' floats, and their new values kept in L1 scratch in the
+/// same order until the block's largest magnitude is known; encoding packs the even and odd
+/// codes back into bytes in order. Every value and code is q8_lanes.hpp's, bitwise.
+///
+/// Why: q8_lanes_blocks runs fused_lanes, whose 16-bit streams each take shuffles to widen and
+/// narrow, with every array's dtype tested per vector: q8 m and v (with a remainder) ran 128
+/// cycles per 32 elements on one Zen 5 core in cache, where the 18-byte step runs 30. Here 88
+/// (with the encoding a block late, below): in the suite, one core at 2^18, 0.99 -> 1.42 G
+/// elements/s; q8 m beside an fp32 v 1.28 -> 1.93; stochastic codes 0.60 -> 0.72.
+
+#include <cstdint>
+#include <cstring>
+#include <kopt/impl/block_q8.hpp>
+#include <kopt/impl/fused_lanes.hpp>  // LaneHalves
+#include <kopt/impl/paired_arrays.hpp>
+#include <kopt/impl/paired_lanes.hpp>
+#include <kopt/impl/q8_code_lanes.hpp>
+
+namespace kopt::Impl {
+
+#ifdef KOPT_HAVE_VECTOR_EXTENSIONS
+using LaneCodes = unsigned char __attribute__((vector_size(2 * lane_count)));
+using LaneWords = std::uint16_t __attribute__((vector_size(4 * lane_count)));
+
+/// 2 * lane_count codes as pair words: each widened to 16 bits, two to a lane.
+KOKKOS_FORCEINLINE_FUNCTION LaneU load_code_pairs(const unsigned char* at) {
+  LaneCodes c;
+  std::memcpy(&c, at, sizeof c);
+  const LaneWords w = __builtin_convertvector(c, LaneWords);
+  LaneU u;
+  std::memcpy(&u, &w, sizeof u);
+  return u;
+}
+
+/// The even (a[0]) and odd (a[1]) elements' q8_decode<Root> of pair words of codes `w`
+/// (scale: the block's). With F16C, a code is an f16 with fewer bits: its exponent (bias 15,
+/// as an f16's) and mantissa moved into an f16's fields, subnormals included, so the CPU's
+/// exact conversion decodes it; elsewhere q8_value_lanes' integer arithmetic.
+template <bool Root>
+KOKKOS_FORCEINLINE_FUNCTION void q8_decode_pairs(LaneU w, float scale, LaneF (&a)[2]) {
+#ifdef KOPT_HAVE_F16C
+  using Map = Q8Map<Root>;
+  constexpr unsigned to_f16 = 10u - Map::mantissa;  // an f16 keeps 10 mantissa bits
+  const LaneU h = Root ? w << to_f16 : ((w << to_f16) & 0x3f803f80u) | ((w << 8) & 0x80008000u);
+  f16_pair_floats(h, a);
+#else
+  constexpr std::uint32_t magnitude = Root ? 0xffu : 0x7fu, sign = Root ? 0u : 0x80u;
+  const LaneU code[2] = {w & 0xffu, w >> 16};
+  for (int h = 0; h < 2; ++h)
+    a[h] = bits_float(q8_value_lanes<Root>(code[h] & magnitude) | (code[h] & sign) << 24);
+#endif
+  for (int h = 0; h < 2; ++h) {
+    a[h] = a[h] * scale;
+    if constexpr (Root) a[h] = a[h] * a[h];
+  }
+}
+
+/// Codes of the even and odd elements of two steps (e[s], o[s], one code per lane) stored in
+/// element order as 4 * lane_count bytes.
+KOKKOS_FORCEINLINE_FUNCTION void store_code_pairs(unsigned char* at, const LaneU (&e)[2],
+                                                  const LaneU (&o)[2]) {
+  for (int s = 0; s < 2; ++s) {
+    const LaneU w = e[s] | o[s] << 8;  // each lane's low 16 bits: the pair's two bytes
+    const LaneHalves h = __builtin_convertvector(w, LaneHalves);
+    std::memcpy(at + s * 2 * lane_count, &h, sizeof h);
+  }
+}
+
+/// paired_lanes' state arrays over one q8 block's elements [first, first + q8_block): q8
+/// arrays decoded from their codes, their new values into `scratch` (q8_block floats each,
+/// each step's even elements then its odd ones) for q8_encode_pairs; the others (f32, or
+/// bf16 and f16 rounded to nearest) as MixedPairs reads and writes them.
+struct Q8Pairs {
+  MixedPairs mixed;
+  std::int64_t first;
+  float* scratch[3];
+  float scale[3];
+
+  /// Whether every kept array of `d` is one Q8Pairs takes.
+  static bool takes(const StateDTypes& d, unsigned kept) {
+    for (int k = 0; k < 3; ++k)
+      if ((kept >> k & 1u) != 0 && d.of[k] != DType::q8 && d.of[k] != DType::f32 &&
+          (d.stochastic || (d.of[k] != DType::bf16 && d.of[k] != DType::f16)))
+        return false;
+    return true;
+  }
+
+  KOKKOS_FORCEINLINE_FUNCTION bool q8(int k) const { return mixed.d.of[k] == DType::q8; }
+  KOKKOS_FORCEINLINE_FUNCTION const unsigned char* codes(int k, std::int64_t i) const {
+    return q8_block_of(mixed.at[k], first) + (i - first);
+  }
+  KOKKOS_FORCEINLINE_FUNCTION void load(int k, std::int64_t i, LaneF (&a)[2]) const {
+    if (!q8(k)) return mixed.load(k, i, a);
+    const LaneU w = load_code_pairs(codes(k, i));
+    mixed.d.root(k) ? q8_decode_pairs<true>(w, scale[k], a)
+                    : q8_decode_pairs<false>(w, scale[k], a);
+  }
+  KOKKOS_FORCEINLINE_FUNCTION void store(int k, std::int64_t i, const LaneF (&a)[2]) const {
+    if (!q8(k)) return mixed.store(k, i, a);
+    float* at = scratch[k] + (i - first);
+    std::memcpy(at, &a[0], sizeof a[0]);
+    std::memcpy(at + lane_count, &a[1], sizeof a[1]);
+  }
+  KOKKOS_FORCEINLINE_FUNCTION void prefetch(int k, std::int64_t i) const {
+    if (!q8(k)) return mixed.prefetch(k, i);
+    prefetch_ahead(q8_block_of(mixed.at[k], i), i % q8_block);
+  }
+};
+
+/// A block's codes from its values in Q8Pairs' order (inv: 1 / its scale), to nearest or
+/// (`Stochastic`) with the bits r gives elements i + j, as q8_encode_codes.
+template <bool Root, bool Stochastic>
+KOKKOS_FORCEINLINE_FUNCTION void q8_encode_pair_codes(const float* KOPT_RESTRICT in,
+                                                      unsigned char* KOPT_RESTRICT block, float inv,
+                                                      const ChunkRounding* r, std::int64_t i) {
+  constexpr int step = 2 * lane_count;
+  for (int j = 0; j < q8_block; j += 2 * step) {
+    LaneU c[2][2];  // [step][even, odd]
+    for (int s = 0; s < 2; ++s)
+      for (int h = 0; h < 2; ++h) {
+        const int at = j + s * step;
+        const LaneF x = bits_float(load_lanes(in + at + h * lane_count));
+        if constexpr (Stochastic)
+          c[s][h] = q8_encode_lanes<Root, true>(
+              x, inv, rounding_lanes(*r, i + at, 2, static_cast<std::uint32_t>(h)));
+        else
+          c[s][h] = q8_encode_lanes<Root>(x, inv);
+      }
+    store_code_pairs(block + j, {c[0][0], c[1][0]}, {c[0][1], c[1][1]});
+  }
+}
+
+/// q8_encode_block of a block whose values are in Q8Pairs' order and whose scale is known.
+template <bool Root>
+KOPT_LOOP_FUNCTION void q8_encode_pairs(const float* KOPT_RESTRICT in,
+                                        unsigned char* KOPT_RESTRICT block, float scale,
+                                        const ChunkRounding* r, std::int64_t i) {
+  static_assert(q8_block % (4 * lane_count) == 0);
+  const float inv = q8_inverse_scale(scale);
+  if (r == nullptr)
+    q8_encode_pair_codes<Root, false>(in, block, inv, r, i);
+  else
+    q8_encode_pair_codes<Root, true>(in, block, inv, r, i);
+  std::memcpy(block + q8_block, &scale, sizeof scale);
+}
+
+/// narrow_host_loop's whole q8 blocks in [begin, end) (begin starts one) where Q8Pairs takes
+/// the arrays: each block's update by paired_lanes, each q8 array's scale from its new
+/// values, and the block encoded after the next block's update. Returns where it stopped (a
+/// param's last, partial block is left to the staging loop).
+///
+/// Why a block late: its encoding waits on the scale, a chain of ~50 cycles (the largest
+/// magnitude, a square root for root arrays), which the core could not overlap with the
+/// encoding ahead of it: encoded at once, the scale took ~9 of every 32 elements' ~18 cycles of
+/// encoding (one Zen 5 core, in cache); the next block's update now runs under it.
+template <class Policy, int V, class F>
+KOPT_LOOP_FUNCTION std::int64_t q8_paired_blocks(std::int64_t begin, std::int64_t end,
+                                                 bfloat16* KOPT_RESTRICT param,
+                                                 const bfloat16* KOPT_RESTRICT grad,
+                                                 typename F::MasterT* KOPT_RESTRICT master,
+                                                 void* const (&at)[3], const StateDTypes d,
+                                                 const typename Policy::Scalars& s,
+                                                 const ChunkRounding& r) {
+  constexpr unsigned kept = Policy::arrays_of(V);
+  const auto q8 = [&](int k) { return (kept >> k & 1u) != 0 && d.of[k] == DType::q8; };
+  alignas(64) float scratch[2][3][q8_block];  // a block's new values, and the one before's
+  float scale[3] = {};                        // the scales of the block before
+  // Block `b`'s values, from `values`, encoded with `scale`.
+  const auto encode = [&](std::int64_t b, const float(&values)[3][q8_block]) {
+    for (int k = 0; k < 3; ++k) {
+      if (!q8(k)) continue;
+      auto* block = q8_block_of(at[k], b);
+      const ChunkRounding rk = r.of_array(k);
+      const ChunkRounding* stochastic = d.stochastic ? &rk : nullptr;
+      d.root(k) ? q8_encode_pairs<true>(values[k], block, scale[k], stochastic, b)
+                : q8_encode_pairs<false>(values[k], block, scale[k], stochastic, b);
+    }
+  };
+  std::int64_t i = begin;
+  for (int n = 0; i + q8_block <= end; i += q8_block, ++n) {
+    float(&values)[3][q8_block] = scratch[n & 1];
+    Q8Pairs arrays{MixedPairs{{at[0], at[1], at[2]}, d}, i, {values[0], values[1], values[2]}, {}};
+    for (int k = 0; k < 3; ++k)
+      if (q8(k)) arrays.scale[k] = q8_scale_of(arrays.codes(k, i));
+    paired_lanes<Policy, V, F>(i, i + q8_block, param, grad, master, arrays, s, r);
+    if (n > 0) encode(i - q8_block, scratch[(n - 1) & 1]);
+    for (int k = 0; k < 3; ++k)
+      if (q8(k))
+        scale[k] = d.root(k) ? q8_scale<true>(q8_block_top(values[k]))
+                             : q8_scale<false>(q8_block_top(values[k]));
+  }
+  if (i > begin) encode(i - q8_block, scratch[((i - begin) / q8_block - 1) & 1]);
+  return i;
+}
+#endif
+
+}  // namespace kopt::Impl
