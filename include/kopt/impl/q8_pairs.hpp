@@ -1,17 +1,19 @@
 #pragma once
 /// \file
 /// q8 blocks (kopt/impl/block_q8.hpp) in the paired loop (kopt/impl/paired_lanes.hpp): where
-/// params and grads are bf16 and no fp32 master is kept, a block's codes are read as pair
-/// words (32 codes widened to 16 bits each, the even element's in a word's low half), decoded
-/// into the even and the odd elements' floats, and their new values kept in L1 scratch in the
-/// same order until the block's largest magnitude is known; encoding packs the even and odd
-/// codes back into bytes in order. Every value and code is q8_lanes.hpp's, bitwise.
+/// params and grads are bf16 and no fp32 master is kept, each q8 array's block is decoded
+/// into L1 scratch in the loop's order (each step's even elements, then its odd ones: codes
+/// read as pair words, 32 widened to 16 bits each), updated there by paired_lanes, and
+/// encoded from there once its largest magnitude is known, the even and odd codes packed back
+/// into bytes in order. Every value and code is q8_lanes.hpp's, bitwise.
 ///
 /// Why: q8_lanes_blocks runs fused_lanes, whose 16-bit streams each take shuffles to widen and
 /// narrow, with every array's dtype tested per vector: q8 m and v (with a remainder) ran 128
-/// cycles per 32 elements on one Zen 5 core in cache, where the 18-byte step runs 30. Here 88
-/// (with the encoding a block late, below): in the suite, one core at 2^18, 0.99 -> 1.42 G
-/// elements/s; q8 m beside an fp32 v 1.28 -> 1.93; stochastic codes 0.60 -> 0.72.
+/// cycles per 32 elements on one Zen 5 core in cache, where the 18-byte step runs 30. Decoded
+/// in the update, 99; decoded in a pass of their own (short chains the core overlaps; the
+/// update's own as the 18-byte step's), 83; the encoding a block late (below), 80. In the
+/// suite, one core at 2^18: 0.99 -> 1.64 G elements/s; q8 m beside an fp32 v 1.27 -> 2.06;
+/// stochastic codes 0.60 -> 0.77.
 
 #include <cstdint>
 #include <cstring>
@@ -29,12 +31,15 @@ using LaneWords = std::uint16_t __attribute__((vector_size(4 * lane_count)));
 
 /// 2 * lane_count codes as pair words: each widened to 16 bits, two to a lane.
 KOKKOS_FORCEINLINE_FUNCTION LaneU load_code_pairs(const unsigned char* at) {
+#if defined(__AVX512BW__)  // one widening load: GCC 12 made two and an insert of the conversion
+  const __m512i w = _mm512_maskz_cvtepu8_epi16(
+      ~__mmask32{0}, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(at)));
+  return lane_cast<LaneU>(w);
+#else
   LaneCodes c;
   std::memcpy(&c, at, sizeof c);
-  const LaneWords w = __builtin_convertvector(c, LaneWords);
-  LaneU u;
-  std::memcpy(&u, &w, sizeof u);
-  return u;
+  return lane_cast<LaneU>(__builtin_convertvector(c, LaneWords));
+#endif
 }
 
 /// The even (a[0]) and odd (a[1]) elements' q8_decode<Root> of pair words of codes `w`
@@ -60,6 +65,19 @@ KOKKOS_FORCEINLINE_FUNCTION void q8_decode_pairs(LaneU w, float scale, LaneF (&a
   }
 }
 
+/// A block's values, decoded, in Q8Pairs' order (q8_block floats).
+template <bool Root>
+KOKKOS_FORCEINLINE_FUNCTION void q8_decode_block_pairs(const unsigned char* KOPT_RESTRICT block,
+                                                       float* KOPT_RESTRICT out) {
+  const float scale = q8_scale_of(block);
+  for (int j = 0; j < q8_block; j += 2 * lane_count) {
+    LaneF a[2];
+    q8_decode_pairs<Root>(load_code_pairs(block + j), scale, a);
+    std::memcpy(out + j, &a[0], sizeof a[0]);
+    std::memcpy(out + j + lane_count, &a[1], sizeof a[1]);
+  }
+}
+
 /// Codes of the even and odd elements of two steps (e[s], o[s], one code per lane) stored in
 /// element order as 4 * lane_count bytes.
 KOKKOS_FORCEINLINE_FUNCTION void store_code_pairs(unsigned char* at, const LaneU (&e)[2],
@@ -71,15 +89,14 @@ KOKKOS_FORCEINLINE_FUNCTION void store_code_pairs(unsigned char* at, const LaneU
   }
 }
 
-/// paired_lanes' state arrays over one q8 block's elements [first, first + q8_block): q8
-/// arrays decoded from their codes, their new values into `scratch` (q8_block floats each,
-/// each step's even elements then its odd ones) for q8_encode_pairs; the others (f32, or
-/// bf16 and f16 rounded to nearest) as MixedPairs reads and writes them.
+/// paired_lanes' state arrays over one q8 block's elements [first, first + q8_block): a q8
+/// array's values in `values` (q8_block floats each, each step's even elements then its odd
+/// ones), read and updated there; the others (f32, or bf16 and f16 rounded to nearest) as
+/// MixedPairs reads and writes them.
 struct Q8Pairs {
   MixedPairs mixed;
   std::int64_t first;
-  float* scratch[3];
-  float scale[3];
+  float* values[3];
 
   /// Whether every kept array of `d` is one Q8Pairs takes.
   static bool takes(const StateDTypes& d, unsigned kept) {
@@ -91,21 +108,19 @@ struct Q8Pairs {
   }
 
   KOKKOS_FORCEINLINE_FUNCTION bool q8(int k) const { return mixed.d.of[k] == DType::q8; }
-  KOKKOS_FORCEINLINE_FUNCTION const unsigned char* codes(int k, std::int64_t i) const {
-    return q8_block_of(mixed.at[k], first) + (i - first);
-  }
   KOKKOS_FORCEINLINE_FUNCTION void load(int k, std::int64_t i, LaneF (&a)[2]) const {
     if (!q8(k)) return mixed.load(k, i, a);
-    const LaneU w = load_code_pairs(codes(k, i));
-    mixed.d.root(k) ? q8_decode_pairs<true>(w, scale[k], a)
-                    : q8_decode_pairs<false>(w, scale[k], a);
+    const float* at = values[k] + (i - first);
+    a[0] = bits_float(load_lanes(at));
+    a[1] = bits_float(load_lanes(at + lane_count));
   }
   KOKKOS_FORCEINLINE_FUNCTION void store(int k, std::int64_t i, const LaneF (&a)[2]) const {
     if (!q8(k)) return mixed.store(k, i, a);
-    float* at = scratch[k] + (i - first);
+    float* at = values[k] + (i - first);
     std::memcpy(at, &a[0], sizeof a[0]);
     std::memcpy(at + lane_count, &a[1], sizeof a[1]);
   }
+  /// A q8 array's codes and scale ahead (the update reads its values from L1).
   KOKKOS_FORCEINLINE_FUNCTION void prefetch(int k, std::int64_t i) const {
     if (!q8(k)) return mixed.prefetch(k, i);
     prefetch_ahead(q8_block_of(mixed.at[k], i), i % q8_block);
@@ -150,9 +165,9 @@ KOPT_LOOP_FUNCTION void q8_encode_pairs(const float* KOPT_RESTRICT in,
 }
 
 /// narrow_host_loop's whole q8 blocks in [begin, end) (begin starts one) where Q8Pairs takes
-/// the arrays: each block's update by paired_lanes, each q8 array's scale from its new
-/// values, and the block encoded after the next block's update. Returns where it stopped (a
-/// param's last, partial block is left to the staging loop).
+/// the arrays: each q8 array's block decoded, the block's update by paired_lanes, each q8
+/// array's scale from its new values, and the block encoded after the next block's update. Returns
+/// where it stopped (a param's last, partial block is left to the staging loop).
 ///
 /// Why a block late: its encoding waits on the scale, a chain of ~50 cycles (the largest
 /// magnitude, a square root for root arrays), which the core could not overlap with the
@@ -184,9 +199,12 @@ KOPT_LOOP_FUNCTION std::int64_t q8_paired_blocks(std::int64_t begin, std::int64_
   std::int64_t i = begin;
   for (int n = 0; i + q8_block <= end; i += q8_block, ++n) {
     float(&values)[3][q8_block] = scratch[n & 1];
-    Q8Pairs arrays{MixedPairs{{at[0], at[1], at[2]}, d}, i, {values[0], values[1], values[2]}, {}};
     for (int k = 0; k < 3; ++k)
-      if (q8(k)) arrays.scale[k] = q8_scale_of(arrays.codes(k, i));
+      if (q8(k))
+        d.root(k) ? q8_decode_block_pairs<true>(q8_block_of(at[k], i), values[k])
+                  : q8_decode_block_pairs<false>(q8_block_of(at[k], i), values[k]);
+    const Q8Pairs arrays{
+        MixedPairs{{at[0], at[1], at[2]}, d}, i, {values[0], values[1], values[2]}};
     paired_lanes<Policy, V, F>(i, i + q8_block, param, grad, master, arrays, s, r);
     if (n > 0) encode(i - q8_block, scratch[(n - 1) & 1]);
     for (int k = 0; k < 3; ++k)
