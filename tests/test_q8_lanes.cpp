@@ -134,11 +134,41 @@ void expect_stochastic_codes_like_the_map() {
   }
 }
 
+// Each float's bits at its threshold and one below, where a threshold one off would move
+// the code.
+template <bool Root>
+void expect_stochastic_thresholds_like_the_map() {
+  using Map = Q8Map<Root>;
+  const std::vector<float> xs = every_exponent();
+  for (const float inv : {1.0f, 0x1p-20f, 0x1p20f, 0x1p-126f, 0x1p126f}) {
+    for (std::size_t i = 0; i + lane_count <= xs.size(); i += lane_count) {
+      for (const std::uint32_t below : {0u, 1u}) {
+        LaneU bits;
+        for (int l = 0; l < lane_count; ++l) {
+          const float x = xs[i + l];
+          const float y = Root ? std::sqrt(x < 0.0f ? 0.0f : x) * inv : std::fabs(x * inv);
+          const std::uint32_t c = Map::code_down(y);
+          const std::uint32_t t = Map::threshold(y, Map::value(c), Map::value(c + 1u));
+          bits[l] = t >= below ? t - below : 0u;
+        }
+        const LaneU c =
+            q8_encode_lanes<Root, true>(bits_float(load_lanes(xs.data() + i)), inv, bits);
+        for (int l = 0; l < lane_count; ++l)
+          ASSERT_EQ(c[l],
+                    static_cast<std::uint32_t>(q8_encode_stochastic<Root>(xs[i + l], inv, bits[l])))
+              << "x " << xs[i + l] << ", inv " << inv << ", bits " << bits[l];
+      }
+    }
+  }
+}
+
 TEST(Q8Lanes, FloatsOfEveryExponentEncodeAsTheMapDoes) {
   expect_encodes_like_the_map<false>();
   expect_encodes_like_the_map<true>();
   expect_stochastic_codes_like_the_map<false>();
   expect_stochastic_codes_like_the_map<true>();
+  expect_stochastic_thresholds_like_the_map<false>();
+  expect_stochastic_thresholds_like_the_map<true>();
 }
 
 // Blocks of values spread over 12 decades, one with zeros alone, one with an Inf, one with

@@ -104,13 +104,26 @@ KOKKOS_FORCEINLINE_FUNCTION LaneU q8_code_lanes_stochastic(LaneF x, LaneU bits) 
   const LaneU sub = std::bit_cast<LaneU>(__builtin_convertvector(below, LaneI));
   LaneU c = pick(tiny, sub, norm);
   c = c > Map::top ? LaneU{} + Map::top : c;
-  const LaneF lo = bits_float(q8_value_lanes<Root>(c)),
-              hi = bits_float(q8_value_lanes<Root>(c + 1u));
-  const LaneF t = Root ? (y * y - lo * lo) / (hi * hi - lo * lo) : (y - lo) / (hi - lo);
-  const LaneF scaled = t * 65536.0f;
-  const LaneF kept = bits_float(pick(scaled < 65536.0f, float_bits(scaled), LaneU{} + 0x47800000u));
-  const LaneU threshold =
-      pick(scaled > 0.0f, std::bit_cast<LaneU>(__builtin_convertvector(kept, LaneI)), LaneU{});
+  LaneU threshold;
+  if constexpr (Root) {
+    const LaneF lo = bits_float(q8_value_lanes<Root>(c)),
+                hi = bits_float(q8_value_lanes<Root>(c + 1u));
+    const LaneF t = (y * y - lo * lo) / (hi * hi - lo * lo);
+    const LaneF scaled = t * 65536.0f;
+    const LaneF kept =
+        bits_float(pick(scaled < 65536.0f, float_bits(scaled), LaneU{} + 0x47800000u));
+    threshold =
+        pick(scaled > 0.0f, std::bit_cast<LaneU>(__builtin_convertvector(kept, LaneI)), LaneU{});
+  } else {
+    // The codes' spacing is a power of two, so the map's (y - lo) / (hi - lo) is exact: the
+    // dropped mantissa bits (normal codes) or y's fraction of a subnormal step, whose top 16
+    // bits are its threshold, with no division. (Where c was cut to `top`, y is past the
+    // largest code and every threshold ends at `top` below.)
+    const LaneU normal_t = (ay >> (Map::drop - 16u)) & 0xffffu;
+    const LaneF fraction = below - __builtin_convertvector(std::bit_cast<LaneI>(sub), LaneF);
+    const LaneU sub_t = std::bit_cast<LaneU>(__builtin_convertvector(fraction * 65536.0f, LaneI));
+    threshold = pick(tiny, sub_t, normal_t);
+  }
   c += pick(bits < threshold, LaneU{} + 1u, LaneU{});
   return c > Map::top ? LaneU{} + Map::top : c;
 }
