@@ -84,7 +84,7 @@ void bm_update(benchmark::State& state) {
 // beside fp32 exp_avg_sq (S0 = bfloat16, S1 = float: 22 B); or no masters (MasterStorage::none,
 // rounded to nearest or stochastically) beside bf16 arrays (14 B); StateRounding: how the
 // arrays are rounded. (S = std::uint8_t: q8 codes, 260 bytes per block of 256: 10.06 B with
-// remainders.)
+// remainders; beside fp32 masters, MasterStorage::f32, 16.06 B.)
 template <class S>
 constexpr kopt::DType state_dtype() {
   return std::is_same_v<S, float>            ? kopt::DType::f32
@@ -145,6 +145,12 @@ void bm_update_storage(benchmark::State& state) {
         param.data(), grad.data(), const_cast<std::uint16_t*>(s.remainder.data()),
         at(S0{}, 0),  at(S1{}, 1), nullptr};
     time_beside_ceiling(state, exec, pattern, n, state_bytes + 8.0, run);
+  } else if constexpr (Master == kopt::MasterStorage::f32) {
+    // The master read and written, the param written.
+    const UpdatePattern<bfloat16, bfloat16, arrays, float, S0, S1> pattern{
+        param.data(), grad.data(), const_cast<float*>(s.master.data()),
+        at(S0{}, 0),  at(S1{}, 1), nullptr};
+    time_beside_ceiling(state, exec, pattern, n, state_bytes + 10.0, run);
   } else {
     const UpdatePattern<bfloat16, bfloat16, arrays, kopt::Impl::RoundToNearest, S0, S1> pattern{
         param.data(), grad.data(), nullptr, at(S0{}, 0), at(S1{}, 1), nullptr};
@@ -193,6 +199,8 @@ void register_update_benchmarks() {
         sizes);
     add("adamw_bf16_remainder_q8_m_f32_v" + on,
         bm_update_storage<S, MasterStorage::remainder, std::uint8_t, float>, sizes);
+    add("adamw_bf16_master_q8_state" + on,  // fp32 masters beside q8 m and v (16.06 B)
+        bm_update_storage<S, MasterStorage::f32, std::uint8_t>, sizes);
     add("adamw_bf16_no_master_bf16_state" + on, bm_update_storage<S, MasterStorage::none, bfloat16>,
         sizes);
     add("adamw_bf16_stochastic_bf16_state" + on,

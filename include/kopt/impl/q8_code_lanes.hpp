@@ -219,18 +219,46 @@ KOKKOS_FORCEINLINE_FUNCTION std::uint32_t q8_block_top(const float* in) {
   return amax;
 }
 
+/// q8 blocks whose values are in element order (q8_lanes_blocks), for q8_block_loop: a
+/// block decoded into q8_block floats, and its codes from them (q8_encode_codes).
+struct Q8ElementOrder {
+  template <bool Root>
+  KOKKOS_FORCEINLINE_FUNCTION static void decode(const unsigned char* KOPT_RESTRICT block,
+                                                 float* KOPT_RESTRICT out) {
+    const float scale = q8_scale_of(block);
+    for (int j = 0; j < q8_block; j += lane_count)
+      store_lanes(out + j, float_bits(q8_decode_lanes<Root>(load_code_lanes(block + j), scale)));
+  }
+  template <bool Root, bool Stochastic>
+  KOKKOS_FORCEINLINE_FUNCTION static void codes(const float* KOPT_RESTRICT in,
+                                                unsigned char* KOPT_RESTRICT block, float inv,
+                                                const ChunkRounding* r, std::int64_t i) {
+    q8_encode_codes<Root, Stochastic>(in, block, inv, r, i);
+  }
+};
+
+/// A block's codes from its values in Order's order with its scale known, to nearest or (r
+/// not null: the array's rounding) stochastically with the bits of elements i + j, and the
+/// scale after them.
+template <class Order, bool Root>
+KOPT_LOOP_FUNCTION void q8_encode_scaled(const float* KOPT_RESTRICT in,
+                                         unsigned char* KOPT_RESTRICT block, float scale,
+                                         const ChunkRounding* r, std::int64_t i) {
+  static_assert(q8_block % (4 * lane_count) == 0);
+  const float inv = q8_inverse_scale(scale);
+  if (r == nullptr)
+    Order::template codes<Root, false>(in, block, inv, r, i);
+  else
+    Order::template codes<Root, true>(in, block, inv, r, i);
+  std::memcpy(block + q8_block, &scale, sizeof scale);
+}
+
 /// q8_encode_run<Root>(in, block, q8_block, r, i): a whole block from its values.
 template <bool Root>
 KOPT_LOOP_FUNCTION void q8_encode_block(const float* KOPT_RESTRICT in,
                                         unsigned char* KOPT_RESTRICT block,
                                         const ChunkRounding* r = nullptr, std::int64_t i = 0) {
-  static_assert(q8_block % (4 * lane_count) == 0);
-  const float scale = q8_scale<Root>(q8_block_top(in)), inv = q8_inverse_scale(scale);
-  if (r == nullptr)
-    q8_encode_codes<Root, false>(in, block, inv, r, i);
-  else
-    q8_encode_codes<Root, true>(in, block, inv, r, i);
-  std::memcpy(block + q8_block, &scale, sizeof scale);
+  q8_encode_scaled<Q8ElementOrder, Root>(in, block, q8_scale<Root>(q8_block_top(in)), r, i);
 }
 #endif
 

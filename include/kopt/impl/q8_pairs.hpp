@@ -8,12 +8,10 @@
 /// into bytes in order. Every value and code is q8_lanes.hpp's, bitwise.
 ///
 /// Why: q8_lanes_blocks runs fused_lanes, whose 16-bit streams each take shuffles to widen and
-/// narrow, with every array's dtype tested per vector: q8 m and v (with a remainder) ran 128
-/// cycles per 32 elements on one Zen 5 core in cache, where the 18-byte step runs 30. Decoded
-/// in the update, 99; decoded in a pass of their own (short chains the core overlaps; the
-/// update's own as the 18-byte step's), 83; the encoding a block late (below), 80. In the
-/// suite, one core at 2^18: 0.99 -> 1.64 G elements/s; q8 m beside an fp32 v 1.27 -> 2.06;
-/// stochastic codes 0.60 -> 0.77.
+/// narrow: q8 m and v (with a remainder) ran 128 cycles per 32 elements on one Zen 5 core in
+/// cache, where the 18-byte step runs 30; here 99, and 80 with q8_block_loop's decoding pass
+/// and late encoding. In the suite, one core at 2^18: 0.99 -> 1.64 G elements/s; q8 m beside
+/// an fp32 v 1.27 -> 2.06.
 
 #include <cstdint>
 #include <cstring>
@@ -21,6 +19,7 @@
 #include <kopt/impl/fused_lanes.hpp>  // LaneHalves
 #include <kopt/impl/paired_arrays.hpp>
 #include <kopt/impl/paired_lanes.hpp>
+#include <kopt/impl/q8_block_loop.hpp>
 #include <kopt/impl/q8_code_lanes.hpp>
 
 namespace kopt::Impl {
@@ -62,19 +61,6 @@ KOKKOS_FORCEINLINE_FUNCTION void q8_decode_pairs(LaneU w, float scale, LaneF (&a
   for (int h = 0; h < 2; ++h) {
     a[h] = a[h] * scale;
     if constexpr (Root) a[h] = a[h] * a[h];
-  }
-}
-
-/// A block's values, decoded, in Q8Pairs' order (q8_block floats).
-template <bool Root>
-KOKKOS_FORCEINLINE_FUNCTION void q8_decode_block_pairs(const unsigned char* KOPT_RESTRICT block,
-                                                       float* KOPT_RESTRICT out) {
-  const float scale = q8_scale_of(block);
-  for (int j = 0; j < q8_block; j += 2 * lane_count) {
-    LaneF a[2];
-    q8_decode_pairs<Root>(load_code_pairs(block + j), scale, a);
-    std::memcpy(out + j, &a[0], sizeof a[0]);
-    std::memcpy(out + j + lane_count, &a[1], sizeof a[1]);
   }
 }
 
@@ -127,52 +113,47 @@ struct Q8Pairs {
   }
 };
 
-/// A block's codes from its values in Q8Pairs' order (inv: 1 / its scale), to nearest or
-/// (`Stochastic`) with the bits r gives elements i + j, as q8_encode_codes.
-template <bool Root, bool Stochastic>
-KOKKOS_FORCEINLINE_FUNCTION void q8_encode_pair_codes(const float* KOPT_RESTRICT in,
-                                                      unsigned char* KOPT_RESTRICT block, float inv,
-                                                      const ChunkRounding* r, std::int64_t i) {
-  constexpr int step = 2 * lane_count;
-  for (int j = 0; j < q8_block; j += 2 * step) {
-    LaneU c[2][2];  // [step][even, odd]
-    for (int s = 0; s < 2; ++s)
-      for (int h = 0; h < 2; ++h) {
-        const int at = j + s * step;
-        const LaneF x = bits_float(load_lanes(in + at + h * lane_count));
-        if constexpr (Stochastic)
-          c[s][h] = q8_encode_lanes<Root, true>(
-              x, inv, rounding_lanes(*r, i + at, 2, static_cast<std::uint32_t>(h)));
-        else
-          c[s][h] = q8_encode_lanes<Root>(x, inv);
-      }
-    store_code_pairs(block + j, {c[0][0], c[1][0]}, {c[0][1], c[1][1]});
+/// q8 blocks whose values are in Q8Pairs' order, for q8_block_loop: a block decoded, and its
+/// codes from them (q8_encode_block's, bitwise).
+struct Q8PairOrder {
+  template <bool Root>
+  KOKKOS_FORCEINLINE_FUNCTION static void decode(const unsigned char* KOPT_RESTRICT block,
+                                                 float* KOPT_RESTRICT out) {
+    const float scale = q8_scale_of(block);
+    for (int j = 0; j < q8_block; j += 2 * lane_count) {
+      LaneF a[2];
+      q8_decode_pairs<Root>(load_code_pairs(block + j), scale, a);
+      std::memcpy(out + j, &a[0], sizeof a[0]);
+      std::memcpy(out + j + lane_count, &a[1], sizeof a[1]);
+    }
   }
-}
-
-/// q8_encode_block of a block whose values are in Q8Pairs' order and whose scale is known.
-template <bool Root>
-KOPT_LOOP_FUNCTION void q8_encode_pairs(const float* KOPT_RESTRICT in,
-                                        unsigned char* KOPT_RESTRICT block, float scale,
-                                        const ChunkRounding* r, std::int64_t i) {
-  static_assert(q8_block % (4 * lane_count) == 0);
-  const float inv = q8_inverse_scale(scale);
-  if (r == nullptr)
-    q8_encode_pair_codes<Root, false>(in, block, inv, r, i);
-  else
-    q8_encode_pair_codes<Root, true>(in, block, inv, r, i);
-  std::memcpy(block + q8_block, &scale, sizeof scale);
-}
+  /// The codes (inv: 1 / the block's scale), to nearest or (`Stochastic`) with the bits r
+  /// gives elements i + j, as q8_encode_codes.
+  template <bool Root, bool Stochastic>
+  KOKKOS_FORCEINLINE_FUNCTION static void codes(const float* KOPT_RESTRICT in,
+                                                unsigned char* KOPT_RESTRICT block, float inv,
+                                                const ChunkRounding* r, std::int64_t i) {
+    constexpr int step = 2 * lane_count;
+    for (int j = 0; j < q8_block; j += 2 * step) {
+      LaneU c[2][2];  // [step][even, odd]
+      for (int s = 0; s < 2; ++s)
+        for (int h = 0; h < 2; ++h) {
+          const int at = j + s * step;
+          const LaneF x = bits_float(load_lanes(in + at + h * lane_count));
+          if constexpr (Stochastic)
+            c[s][h] = q8_encode_lanes<Root, true>(
+                x, inv, rounding_lanes(*r, i + at, 2, static_cast<std::uint32_t>(h)));
+          else
+            c[s][h] = q8_encode_lanes<Root>(x, inv);
+        }
+      store_code_pairs(block + j, {c[0][0], c[1][0]}, {c[0][1], c[1][1]});
+    }
+  }
+};
 
 /// narrow_host_loop's whole q8 blocks in [begin, end) (begin starts one) where Q8Pairs takes
-/// the arrays: each q8 array's block decoded, the block's update by paired_lanes, each q8
-/// array's scale from its new values, and the block encoded after the next block's update. Returns
+/// the arrays: q8_block_loop in Q8Pairs' order, each block updated by paired_lanes. Returns
 /// where it stopped (a param's last, partial block is left to the staging loop).
-///
-/// Why a block late: its encoding waits on the scale, a chain of ~50 cycles (the largest
-/// magnitude, a square root for root arrays), which the core could not overlap with the
-/// encoding ahead of it: encoded at once, the scale took ~9 of every 32 elements' ~18 cycles of
-/// encoding (one Zen 5 core, in cache); the next block's update now runs under it.
 template <class Policy, int V, class F>
 KOPT_LOOP_FUNCTION std::int64_t q8_paired_blocks(std::int64_t begin, std::int64_t end,
                                                  bfloat16* KOPT_RESTRICT param,
@@ -181,39 +162,12 @@ KOPT_LOOP_FUNCTION std::int64_t q8_paired_blocks(std::int64_t begin, std::int64_
                                                  void* const (&at)[3], const StateDTypes d,
                                                  const typename Policy::Scalars& s,
                                                  const ChunkRounding& r) {
-  constexpr unsigned kept = Policy::arrays_of(V);
-  const auto q8 = [&](int k) { return (kept >> k & 1u) != 0 && d.of[k] == DType::q8; };
-  alignas(64) float scratch[2][3][q8_block];  // a block's new values, and the one before's
-  float scale[3] = {};                        // the scales of the block before
-  // Block `b`'s values, from `values`, encoded with `scale`.
-  const auto encode = [&](std::int64_t b, const float(&values)[3][q8_block]) {
-    for (int k = 0; k < 3; ++k) {
-      if (!q8(k)) continue;
-      auto* block = q8_block_of(at[k], b);
-      const ChunkRounding rk = r.of_array(k);
-      const ChunkRounding* stochastic = d.stochastic ? &rk : nullptr;
-      d.root(k) ? q8_encode_pairs<true>(values[k], block, scale[k], stochastic, b)
-                : q8_encode_pairs<false>(values[k], block, scale[k], stochastic, b);
-    }
-  };
-  std::int64_t i = begin;
-  for (int n = 0; i + q8_block <= end; i += q8_block, ++n) {
-    float(&values)[3][q8_block] = scratch[n & 1];
-    for (int k = 0; k < 3; ++k)
-      if (q8(k))
-        d.root(k) ? q8_decode_block_pairs<true>(q8_block_of(at[k], i), values[k])
-                  : q8_decode_block_pairs<false>(q8_block_of(at[k], i), values[k]);
-    const Q8Pairs arrays{
-        MixedPairs{{at[0], at[1], at[2]}, d}, i, {values[0], values[1], values[2]}};
-    paired_lanes<Policy, V, F>(i, i + q8_block, param, grad, master, arrays, s, r);
-    if (n > 0) encode(i - q8_block, scratch[(n - 1) & 1]);
-    for (int k = 0; k < 3; ++k)
-      if (q8(k))
-        scale[k] = d.root(k) ? q8_scale<true>(q8_block_top(values[k]))
-                             : q8_scale<false>(q8_block_top(values[k]));
-  }
-  if (i > begin) encode(i - q8_block, scratch[((i - begin) / q8_block - 1) & 1]);
-  return i;
+  return q8_block_loop<Q8PairOrder>(
+      begin, end, at, d, Policy::arrays_of(V), r, [&](std::int64_t i, float(&values)[3][q8_block]) {
+        const Q8Pairs arrays{
+            MixedPairs{{at[0], at[1], at[2]}, d}, i, {values[0], values[1], values[2]}};
+        paired_lanes<Policy, V, F>(i, i + q8_block, param, grad, master, arrays, s, r);
+      });
 }
 #endif
 
