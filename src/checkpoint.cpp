@@ -39,6 +39,12 @@ void agree(Communicator& comm, const std::string& error, const std::string& what
 }
 
 std::int64_t global_numel(const Tensor& t) { return t.is_shard() ? t.global_numel : t.numel; }
+
+// "rows x cols", or for a param without a shape (rows < 0) what it is taken as.
+std::string shape_text(std::int64_t rows, std::int64_t cols) {
+  return rows < 0 ? std::string("a vector (no shape)")
+                  : std::to_string(rows) + " x " + std::to_string(cols);
+}
 constexpr std::size_t kNone = std::numeric_limits<std::size_t>::max();  // no engine here
 
 // Refuses a checkpoint holding params this optimizer lacks (known[i]: index param i is one
@@ -268,11 +274,11 @@ void HybridOptimizer::load(const std::string& path, const LoadOptions& options) 
         const bool reshaped = Impl::needs_whole_tensors(saved) && q.rows != -1 &&
                               (q.rows != p.param.rows || q.cols != p.param.cols);
         KOPT_THROW_IF_AS(CheckpointError, reshaped || q.tensor_state != want,
-                         index_file << ": param '" << p.name << "' was saved as " << q.rows << " x "
-                                    << q.cols << " (-1: no shape) with " << q.tensor_state
-                                    << " floats of per-param state; it is " << p.param.rows << " x "
-                                    << p.param.cols << ", which " << algorithm_name(saved)
-                                    << " keeps " << want << " for");
+                         index_file << ": param '" << p.name << "' was saved as "
+                                    << shape_text(q.rows, q.cols) << " with " << q.tensor_state
+                                    << " floats of per-param state; it is "
+                                    << shape_text(p.param.rows, p.param.cols) << ", which "
+                                    << algorithm_name(saved) << " keeps " << want << " for");
         configs[g] = saved;
         config_found[g] = true;
         arrays[g] |= q.arrays;

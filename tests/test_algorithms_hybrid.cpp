@@ -232,13 +232,24 @@ TEST(AlgorithmsHybrid, AdafactorStateOfAnotherShapeIsRefused) {
   kopt::HybridOptimizer a = run(flat.matrix(20, 50));
   a.step();
   a.save(dir.str("ckpt"));
-  for (const kopt::Tensor& other : {flat.matrix(50, 20), flat}) {
+  const std::pair<kopt::Tensor, const char*> others[] = {
+      {flat.matrix(50, 20), "saved as 20 x 50 with 70 floats of per-param state; it is 50 x 20"},
+      {flat, "saved as 20 x 50 with 70 floats of per-param state; it is a vector (no shape)"}};
+  for (const auto& [other, message] : others) {
     kopt::HybridOptimizer b = run(other);
     b.step();
     const auto before = saved_params(b);
-    expect_error<kopt::CheckpointError>([&] { b.load(dir.str("ckpt")); }, "saved as 20 x 50");
+    expect_error<kopt::CheckpointError>([&] { b.load(dir.str("ckpt")); }, message);
     EXPECT_TRUE(saved_params(b) == before);
   }
+  // And a vector's state into the matrix: named as a vector.
+  kopt::HybridOptimizer v = run(flat);
+  v.step();
+  v.save(dir.str("vector"));
+  kopt::HybridOptimizer m = run(flat.matrix(20, 50));
+  m.step();
+  expect_error<kopt::CheckpointError>([&] { m.load(dir.str("vector")); },
+                                      "saved as a vector (no shape) with 1000 floats");
 }
 
 // A checkpoint of one algorithm's group loaded into a group of another: refused naming
