@@ -28,13 +28,16 @@ struct Bf16Pairs {
   KOKKOS_FORCEINLINE_FUNCTION void load(int k, std::int64_t i, LaneF (&a)[2]) const {
     bf16_pair_floats(load_lanes(at[k] + i), a);
   }
+  /// Finite: no value of `a` is NaN (bf16_finite_pairs; stochastic stores take no such test).
+  template <bool Finite = false>
   KOKKOS_FORCEINLINE_FUNCTION void store(int k, std::int64_t i, const LaneF (&a)[2]) const {
     if constexpr (Stochastic) {
       const ChunkRounding rk = r.of_array(k);
       store_lanes(at[k] + i, pair_words(stochastic_lanes(float_bits(a[0]), rk, i, 2, 0),
                                         stochastic_lanes(float_bits(a[1]), rk, i, 2, 1)));
     } else {
-      store_lanes(at[k] + i, bf16_nearest_pairs(a[0], a[1]));
+      store_lanes(at[k] + i,
+                  Finite ? bf16_finite_pairs(a[0], a[1]) : bf16_nearest_pairs(a[0], a[1]));
     }
   }
   /// The line of array k that holds element i (2 * lane_count elements: at most a line).
@@ -68,10 +71,13 @@ struct MixedPairs {
         return f32_pair_floats(static_cast<const float*>(at[k]) + i, a);
     }
   }
+  /// Finite: no value of `a` is NaN (bf16_finite_pairs; F16C's conversion tests for NaN itself).
+  template <bool Finite = false>
   KOKKOS_FORCEINLINE_FUNCTION void store(int k, std::int64_t i, const LaneF (&a)[2]) const {
     switch (d.of[k]) {
       case DType::bf16:
-        return store_lanes(static_cast<bfloat16*>(at[k]) + i, bf16_nearest_pairs(a[0], a[1]));
+        return store_lanes(static_cast<bfloat16*>(at[k]) + i,
+                           Finite ? bf16_finite_pairs(a[0], a[1]) : bf16_nearest_pairs(a[0], a[1]));
       case DType::f16:
         return store_lanes(static_cast<float16*>(at[k]) + i, f16_nearest_pairs(a[0], a[1]));
       default:

@@ -95,6 +95,16 @@ KOKKOS_FORCEINLINE_FUNCTION LaneU bf16_nearest_pairs(LaneF even, LaneF odd) {
   return pair_words(bf16_nearest_bits(float_bits(even)), bf16_nearest_bits(float_bits(odd)));
 }
 
+/// bf16_nearest_pairs of floats none of which is NaN: bf16_nearest_bits without its NaN
+/// test, each odd element's result left where it lands, in its word's high half. The paired
+/// loop's stores where its flags show every value finite (paired_lanes): the tests and
+/// selects for NaN had taken a fifth of the 18-byte step's instructions without AVX-512 BF16.
+KOKKOS_FORCEINLINE_FUNCTION LaneU bf16_finite_pairs(LaneF even, LaneF odd) {
+  const LaneU e = float_bits(even), o = float_bits(odd);
+  const LaneU up_e = e + 0x7fffu + ((e >> 16) & 1u), up_o = o + 0x7fffu + ((o >> 16) & 1u);
+  return (up_e >> 16) | (up_o & 0xffff0000u);
+}
+
 /// The even and the odd elements of f16 pair words `w` as floats (float16::to_float's bits:
 /// F16C's conversion where the CPU has it, as kopt/impl/narrow_lanes.hpp reads f16 arrays).
 KOKKOS_FORCEINLINE_FUNCTION void f16_pair_floats(LaneU w, LaneF (&out)[2]) {

@@ -100,8 +100,9 @@ struct Q8Pairs {
     a[0] = bits_float(load_lanes(at));
     a[1] = bits_float(load_lanes(at + lane_count));
   }
+  template <bool Finite = false>
   KOKKOS_FORCEINLINE_FUNCTION void store(int k, std::int64_t i, const LaneF (&a)[2]) const {
-    if (!q8(k)) return mixed.store(k, i, a);
+    if (!q8(k)) return mixed.template store<Finite>(k, i, a);
     float* at = values[k] + (i - first);
     std::memcpy(at, &a[0], sizeof a[0]);
     std::memcpy(at + lane_count, &a[1], sizeof a[1]);

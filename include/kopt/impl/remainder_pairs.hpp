@@ -73,6 +73,15 @@ KOKKOS_FORCEINLINE_FUNCTION void split_master_pairs(const LaneF (&w)[2], LaneU& 
   rw = pair_words(x0 & 0xffffu, x1);
 #endif
 }
+
+/// split_master_pairs of masters none of which is NaN (paired_lanes' stores where its flags
+/// show every value finite): split_param_bits without its NaN test.
+KOKKOS_FORCEINLINE_FUNCTION void split_finite_master_pairs(const LaneF (&w)[2], LaneU& pw,
+                                                           LaneU& rw) {
+  const LaneU x0 = float_bits(w[0]), x1 = float_bits(w[1]);
+  pw = ((x0 + 0x7fffu) >> 16) | ((x1 + 0x7fffu) & 0xffff0000u);
+  rw = (x0 & 0xffffu) | x1 << 16;
+}
 #endif
 
 }  // namespace kopt::Impl

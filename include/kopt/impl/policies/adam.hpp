@@ -30,6 +30,9 @@ struct AdamPolicy {
                                                   const Scalars& s) {
     return adam_update<V == 1>(p, g, m, v, vmax, s);
   }
+  /// The state arrays whose new values update_with passes through its guard: m and v (a
+  /// FlagOverflow guard flags them where not finite); paired_lanes flags the rest itself.
+  static constexpr unsigned guarded_arrays = 0b011u;
   /// update()'s math with another guard, on floats or lane vectors: the optional hook of
   /// kopt/impl/paired_loop.hpp and paired_lanes.hpp (FlagOverflow runs it without the
   /// per-element overflow fallbacks, flagging overflow instead).
