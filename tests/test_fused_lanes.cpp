@@ -55,7 +55,7 @@ Streams<ParamT, GradT, MasterT> random_streams(std::int64_t n, unsigned seed) {
     s.grad.push_back(from_float<GradT>(e.g));
     s.s0.push_back(e.m);
     s.s1.push_back(e.v);
-    s.s2.push_back(e.v * 1.5f);
+    s.s2.push_back(e.max);
   }
   return s;
 }
@@ -109,6 +109,7 @@ template <class ParamT, class GradT, class MasterT>
 void expect_both_configs() {
   expect_loop_like_elements<ParamT, GradT, MasterT>(kopt_test::lane_adamw);
   expect_loop_like_elements<ParamT, GradT, MasterT>(kopt_test::lane_amsgrad_l2);
+  expect_loop_like_elements<ParamT, GradT, MasterT>(kopt_test::lane_amsgrad_adamw);
 }
 
 TEST(FusedLanes, Fp32ParamsMatchTheElementUpdateBitwise) {

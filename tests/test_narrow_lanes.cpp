@@ -50,8 +50,13 @@ void put(DType dtype, std::vector<unsigned char>& bytes, float x) {
     std::memcpy(bytes.data() + at, &x, 4);
     return;
   }
+  // A bf16 NaN keeps its bits (a signaling one stays signaling, as a loaded file may hold).
+  std::uint32_t top;
+  std::memcpy(&top, &x, 4);
   const std::uint16_t bits =
-      dtype == DType::bf16 ? bfloat16::from_float(x).bits : float16::from_float(x).bits;
+      dtype == DType::bf16
+          ? (std::isnan(x) ? static_cast<std::uint16_t>(top >> 16) : bfloat16::from_float(x).bits)
+          : float16::from_float(x).bits;
   bytes.resize(at + 2);
   std::memcpy(bytes.data() + at, &bits, 2);
 }
@@ -67,7 +72,7 @@ Streams<ParamT, GradT, MasterT> random_streams(std::int64_t n, const StateDTypes
     s.grad.push_back(from_float<GradT>(e.g));
     put(d.of[0], s.s[0], e.m);
     put(d.of[1], s.s[1], e.v);
-    put(d.of[2], s.s[2], e.v * 1.5f);
+    put(d.of[2], s.s[2], e.max);
   }
   return s;
 }
@@ -127,6 +132,7 @@ template <class ParamT, class GradT, class MasterT>
 void expect_both_configs() {
   expect_loop_like_elements<ParamT, GradT, MasterT>(kopt_test::lane_adamw);
   expect_loop_like_elements<ParamT, GradT, MasterT>(kopt_test::lane_amsgrad_l2);
+  expect_loop_like_elements<ParamT, GradT, MasterT>(kopt_test::lane_amsgrad_adamw);
 }
 
 TEST(NarrowLanes, Fp32ParamsMatchTheElementUpdateBitwise) {

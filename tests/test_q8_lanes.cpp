@@ -240,6 +240,7 @@ Streams<ParamT, MasterT> random_streams(std::int64_t n, const StateDTypes& d, un
     // An infinite or NaN grad poisons its block's moments (a NaN scale); the sign of the
     // NaNs they step to next is not specified (the lanes' guard and the element's differ).
     if (!std::isfinite(e.g)) e.g = 3.0f;
+    if (!std::isfinite(e.w)) e.w = 0.5f;  // so does a NaN param under Adam's L2 term
     kopt_test::push_master(s.param, s.master, e.w);
     s.grad.push_back(bfloat16::from_float(e.g));
     m.push_back(e.m), v.push_back(e.v);
@@ -316,6 +317,7 @@ template <class ParamT, class MasterT>
 void expect_both_configs() {
   expect_loop_like_the_pieces<ParamT, MasterT>(kopt_test::lane_adamw);
   expect_loop_like_the_pieces<ParamT, MasterT>(kopt_test::lane_amsgrad_l2);
+  expect_loop_like_the_pieces<ParamT, MasterT>(kopt_test::lane_amsgrad_adamw);
 }
 
 TEST(Q8Lanes, TheHostLoopStepsAsTheScalarPiecesComposed) {

@@ -71,7 +71,9 @@ KOKKOS_FORCEINLINE_FUNCTION LaneF load_floats(const T* at) {
     return bits_float(load_halves(at) << 16);
 }
 
-/// bfloat16::from_float of each lane, stored.
+/// bfloat16::from_float of each lane, stored; Finite: no lane is NaN (where the CPU has no
+/// bf16 conversion, bf16_nearest_bits then goes without its NaN test, as bf16_finite_pairs).
+template <bool Finite = false>
 KOKKOS_FORCEINLINE_FUNCTION void store_bf16_nearest(bfloat16* at, LaneF x) {
 #if defined(__AVX512BF16__) && defined(__AVX512DQ__)
   __m512 v;
@@ -82,7 +84,8 @@ KOKKOS_FORCEINLINE_FUNCTION void store_bf16_nearest(bfloat16* at, LaneF x) {
     return;
   }
 #endif
-  store_halves(at, bf16_nearest_bits(float_bits(x)));
+  const LaneU b = float_bits(x);
+  store_halves(at, Finite ? (b + 0x7fffu + ((b >> 16) & 1u)) >> 16 : bf16_nearest_bits(b));
 }
 
 /// fused_lanes' state arrays when they are fp32 (fused_host_loop's; narrow_lanes.hpp has
@@ -93,6 +96,7 @@ struct Fp32Arrays {
   KOKKOS_FORCEINLINE_FUNCTION LaneF load(int k, std::int64_t i) const {
     return load_floats(at[k] + i);
   }
+  template <bool Finite = false>
   KOKKOS_FORCEINLINE_FUNCTION void store(int k, std::int64_t i, LaneF x) const {
     store_lanes(at[k] + i, float_bits(x));
   }
@@ -114,6 +118,9 @@ KOPT_LOOP_FUNCTION std::int64_t fused_lanes(std::int64_t begin, std::int64_t end
   using MasterT = typename F::MasterT;
   constexpr unsigned kept = Policy::arrays_of(V);
   constexpr bool f32_param = std::is_same_v<ParamT, float>;
+  // The param rounded to nearest (a bf16 param beside an fp32 master, from a remainder's
+  // split, or with no master): flagged where not finite, as paired_lanes does.
+  constexpr bool rounded_param = !f32_param && !std::is_same_v<MasterT, RoundStochastic>;
   static_assert(update_prefetch_stride % lane_count == 0);
   std::int64_t i = begin;
   for (; i + lane_count <= end; i += lane_count) {
@@ -131,26 +138,39 @@ KOPT_LOOP_FUNCTION std::int64_t fused_lanes(std::int64_t begin, std::int64_t end
       for (int k = 0; k < 3; ++k) a[k] = (kept >> k & 1u) != 0 ? arrays.load(k, i) : LaneF{};
       out = Policy::template update_with<V>(w, load_floats(grad + i), a[0], a[1], a[2], s, guard);
     };
+    // The vector's results stored (Finite: none is NaN, as paired_lanes' stores).
+    const auto store = [&]<bool Finite>(std::bool_constant<Finite>, const LaneF(&a)[3], LaneF out)
+        __attribute__((always_inline)) {
+      if constexpr (f32_param) {
+        store_lanes(param + i, float_bits(out));
+      } else if constexpr (std::is_same_v<MasterT, float>) {
+        store_lanes(master + i, float_bits(out));
+        store_bf16_nearest<Finite>(param + i, out);
+      } else if constexpr (std::is_same_v<MasterT, std::uint16_t>) {
+        const LaneU x = float_bits(out);
+        store_halves(param + i, Finite ? (x + 0x7fffu) >> 16 : split_param_bits(x));
+        store_halves(master + i, x & 0xffffu);
+      } else if constexpr (std::is_same_v<MasterT, RoundToNearest>) {
+        store_bf16_nearest<Finite>(param + i, out);
+      } else {
+        store_halves(param + i, stochastic_lanes(float_bits(out), r, i, 1, 0));
+      }
+      for (int k = 0; k < 3; ++k)
+        if ((kept >> k & 1u) != 0) arrays.template store<Finite>(k, i, a[k]);
+    };
     LaneF a[3], out;
     LaneFlags flags;
     update(FlagOverflow<LaneFlags>{flags}, a, out);
-    if (flags.any()) [[unlikely]]  // an interpolation overflowed: the guards decide
-      update(GuardEachElement{}, a, out);
-    if constexpr (f32_param) {
-      store_lanes(param + i, float_bits(out));
-    } else if constexpr (std::is_same_v<MasterT, float>) {
-      store_lanes(master + i, float_bits(out));
-      store_bf16_nearest(param + i, out);
-    } else if constexpr (std::is_same_v<MasterT, std::uint16_t>) {
-      store_halves(param + i, split_param_bits(float_bits(out)));
-      store_halves(master + i, float_bits(out) & 0xffffu);
-    } else if constexpr (std::is_same_v<MasterT, RoundToNearest>) {
-      store_bf16_nearest(param + i, out);
-    } else {
-      store_halves(param + i, stochastic_lanes(float_bits(out), r, i, 1, 0));
-    }
+    if constexpr (rounded_param) flags.flag(out);
     for (int k = 0; k < 3; ++k)
-      if ((kept >> k & 1u) != 0) arrays.store(k, i, a[k]);
+      if ((kept & ~guarded_arrays_of<Policy>) >> k & 1u) flags.flag(a[k]);
+    if (flags.any()) [[unlikely]] {  // an interpolation overflowed (the guards decide), or a
+                                     // value is not finite
+      update(GuardEachElement{}, a, out);
+      store(std::false_type{}, a, out);
+    } else {
+      store(std::true_type{}, a, out);
+    }
   }
   return i;
 }

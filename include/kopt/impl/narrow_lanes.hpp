@@ -79,6 +79,8 @@ struct NarrowArrays {
         return load_floats(static_cast<const float*>(at[k]) + i);
     }
   }
+  /// Finite: x holds no NaN (store_bf16_nearest's; stochastic and f16 stores test for it).
+  template <bool Finite = false>
   KOKKOS_FORCEINLINE_FUNCTION void store(int k, std::int64_t i, LaneF x) const {
     if (d.stochastic && d.of[k] != DType::f32) {
       const LaneU bits = rounding_lanes(r.of_array(k), i, 1, 0);
@@ -88,7 +90,7 @@ struct NarrowArrays {
     }
     switch (d.of[k]) {
       case DType::bf16:
-        return store_bf16_nearest(static_cast<bfloat16*>(at[k]) + i, x);
+        return store_bf16_nearest<Finite>(static_cast<bfloat16*>(at[k]) + i, x);
       case DType::f16:
         return store_f16_nearest(static_cast<float16*>(at[k]) + i, x);
       default:

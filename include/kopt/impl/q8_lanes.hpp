@@ -34,8 +34,9 @@ struct Q8BlockArrays {
     if (!q8(k)) return narrow.load(k, i);
     return bits_float(load_lanes(values[k] + (i - first)));
   }
+  template <bool Finite = false>
   KOKKOS_FORCEINLINE_FUNCTION void store(int k, std::int64_t i, LaneF x) const {
-    if (!q8(k)) return narrow.store(k, i, x);
+    if (!q8(k)) return narrow.template store<Finite>(k, i, x);
     store_lanes(values[k] + (i - first), float_bits(x));
   }
   /// A q8 array's codes and scale ahead (the update reads its values from L1).
