@@ -71,8 +71,8 @@ KOKKOS_FORCEINLINE_FUNCTION LaneF load_floats(const T* at) {
     return bits_float(load_halves(at) << 16);
 }
 
-/// bfloat16::from_float of each lane, stored; Finite: no lane is NaN (where the CPU has no
-/// bf16 conversion, bf16_nearest_bits then goes without its NaN test, as bf16_finite_pairs).
+/// bfloat16::from_float of each lane, stored; Finite: no lane is NaN (without the CPU's
+/// conversion, bf16_nearest_bits then goes without its NaN test, as bf16_finite_pairs).
 template <bool Finite = false>
 KOKKOS_FORCEINLINE_FUNCTION void store_bf16_nearest(bfloat16* at, LaneF x) {
 #if defined(__AVX512BF16__) && defined(__AVX512DQ__)
@@ -85,7 +85,8 @@ KOKKOS_FORCEINLINE_FUNCTION void store_bf16_nearest(bfloat16* at, LaneF x) {
   }
 #endif
   const LaneU b = float_bits(x);
-  store_halves(at, Finite ? (b + 0x7fffu + ((b >> 16) & 1u)) >> 16 : bf16_nearest_bits(b));
+  store_halves(at, Finite && !bf16_conversion_stores ? (b + 0x7fffu + ((b >> 16) & 1u)) >> 16
+                                                     : bf16_nearest_bits(b));
 }
 
 /// fused_lanes' state arrays when they are fp32 (fused_host_loop's; narrow_lanes.hpp has
@@ -118,9 +119,13 @@ KOPT_LOOP_FUNCTION std::int64_t fused_lanes(std::int64_t begin, std::int64_t end
   using MasterT = typename F::MasterT;
   constexpr unsigned kept = Policy::arrays_of(V);
   constexpr bool f32_param = std::is_same_v<ParamT, float>;
-  // The param rounded to nearest (a bf16 param beside an fp32 master, from a remainder's
-  // split, or with no master): flagged where not finite, as paired_lanes does.
-  constexpr bool rounded_param = !f32_param && !std::is_same_v<MasterT, RoundStochastic>;
+  // The param rounded to nearest by integer ops (a remainder's split; a bf16 param beside an
+  // fp32 master or with none, without the CPU's conversion): flagged where not finite, as
+  // paired_lanes does. (Flagged for the conversion too, the 28-byte step lost 12% on a Zen 5
+  // core in cache.)
+  constexpr bool rounded_param =
+      !f32_param && (std::is_same_v<MasterT, std::uint16_t> ||
+                     (!bf16_conversion_stores && !std::is_same_v<MasterT, RoundStochastic>));
   static_assert(update_prefetch_stride % lane_count == 0);
   std::int64_t i = begin;
   for (; i + lane_count <= end; i += lane_count) {

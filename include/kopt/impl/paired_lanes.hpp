@@ -138,10 +138,10 @@ KOPT_LOOP_FUNCTION std::int64_t paired_lanes(std::int64_t begin, std::int64_t en
     LaneF a[3][2], out[2];
     LaneFlags flags;
     update(FlagOverflow<LaneFlags>{flags}, a, out);
-    // The guard flags the arrays it passes (m and v); the param rounded to nearest and the
-    // other arrays are flagged here, so that a clear vector stores no NaN.
+    // The guard flags the arrays it passes (m and v); the param rounded to nearest by integer
+    // ops and the other arrays are flagged here, so that a clear vector stores no NaN.
     for (int h = 0; h < 2; ++h) {
-      if constexpr (remainder || nearest) flags.flag(out[h]);
+      if constexpr (remainder || (nearest && !bf16_conversion_stores)) flags.flag(out[h]);
       for (int k = 0; k < 3; ++k)
         if ((kept & ~guarded_arrays_of<Policy>) >> k & 1u) flags.flag(a[k][h]);
     }
