@@ -16,9 +16,10 @@
 /// cache: 1.58 G elements/s before, 2.65 after; the 18-byte step at 2^26 went from 0.91x to
 /// 0.51x the 28-byte one's time (README, Precision-aware state). A vector whose flags stay
 /// clear also stores no NaN (the param and the arrays the guard does not pass are flagged
-/// too), so its roundings to nearest take no NaN test: without AVX-512 BF16 those tests were
-/// a fifth of the step's instructions (one Zen 5 core in cache, the 18-byte step: AVX2 code
-/// 95 -> 75 cycles per 32 elements, AVX-512 code without BF16 35 -> 28, with it 30 -> 29).
+/// too), so its roundings to nearest by integer ops take no NaN test: without AVX-512 BF16
+/// those tests were a fifth of the step's instructions (one Zen 5 core in cache, the 18-byte
+/// step: AVX2 code 95 -> 75 cycles per 32 elements, AVX-512 code without BF16 35 -> 28; with
+/// it the CPU's conversion, which quiets NaN itself, still rounds the bf16 arrays).
 
 #include <cstdint>
 #include <cstring>
