@@ -111,8 +111,8 @@ class HybridOptimizer {
   void set_grad(const std::string& name, const Tensor& grad);
   /// Points `name` at new memory holding the same values (a framework swapped its tensors):
   /// same numel and dtype, served by the same engine. Its state is kept, and so is its
-  /// shape: a tensor without one (Tensor::matrix) keeps the registered rows x cols; another
-  /// shape is refused.
+  /// shape: a tensor given none (no Tensor::matrix) keeps the registered rows x cols;
+  /// another shape is refused.
   /// kopt keeps the raw pointers it was given and cannot see a reallocation: memory replaced
   /// without rebind (set_grad for a grad alone) is still read and written by every step, a
   /// use-after-free once the framework frees it. Call it each time the framework reallocates

@@ -31,7 +31,7 @@ struct AdamPolicy {
     return adam_update<V == 1>(p, g, m, v, vmax, s);
   }
   /// The state arrays whose new values update_with passes through its guard: m and v (a
-  /// FlagOverflow guard flags them where not finite); paired_lanes flags the rest itself.
+  /// FlagOverflow guard flags them where not finite); the lane loops flag the rest.
   static constexpr unsigned guarded_arrays = 0b011u;
   /// update()'s math with another guard, on floats or lane vectors: the optional hook of
   /// kopt/impl/paired_loop.hpp and paired_lanes.hpp (FlagOverflow runs it without the
