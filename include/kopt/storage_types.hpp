@@ -28,14 +28,21 @@ KOKKOS_FORCEINLINE_FUNCTION float bits_float(std::uint32_t u) {
   return f;
 }
 
+/// A float's bits `x` (not NaN) rounded to nearest even at bit 16: its bf16 bits are the
+/// high half. Adding 0x7fff plus the lowest kept bit rounds; a carry into the exponent is the
+/// right answer (up to the next binade, or to Inf past the max). For std::uint32_t and
+/// kopt/impl/lanes.hpp's vectors of them (the lane loops' stores where no value is NaN).
+template <class U>
+KOKKOS_FORCEINLINE_FUNCTION U bf16_rounded_up(U x) {
+  return x + 0x7fffu + ((x >> 16) & 1u);
+}
+
 /// The bits of bfloat16::from_float(f) from f's bits `x`, in the low half of a 32-bit word: for
 /// std::uint32_t, and for kopt/impl/lanes.hpp's vectors of them (the same ops lane by lane).
 template <class U>
 KOKKOS_FORCEINLINE_FUNCTION U bf16_nearest_bits(U x) {
   const auto nan = (x & 0x7fffffffu) > 0x7f800000u;
-  // Adding 0x7fff plus the lowest kept bit rounds to nearest even; a carry into the
-  // exponent is the right answer (up to the next binade, or to Inf past the max).
-  const U rounded = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
+  const U rounded = bf16_rounded_up(x) >> 16;
   return nan ? U((x >> 16) | 0x0040u) : rounded;
 }
 }  // namespace Impl

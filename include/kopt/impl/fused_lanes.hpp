@@ -85,8 +85,8 @@ KOKKOS_FORCEINLINE_FUNCTION void store_bf16_nearest(bfloat16* at, LaneF x) {
   }
 #endif
   const LaneU b = float_bits(x);
-  store_halves(at, Finite && !bf16_conversion_stores ? (b + 0x7fffu + ((b >> 16) & 1u)) >> 16
-                                                     : bf16_nearest_bits(b));
+  store_halves(at,
+               Finite && !bf16_conversion_stores ? bf16_rounded_up(b) >> 16 : bf16_nearest_bits(b));
 }
 
 /// fused_lanes' state arrays when they are fp32 (fused_host_loop's; narrow_lanes.hpp has

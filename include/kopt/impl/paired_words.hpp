@@ -111,9 +111,8 @@ inline constexpr bool bf16_conversion_stores =
 /// (With it, the CPU's conversion: the integer rounding ran 2-3% slower there.)
 KOKKOS_FORCEINLINE_FUNCTION LaneU bf16_finite_pairs(LaneF even, LaneF odd) {
   if constexpr (bf16_conversion_stores) return bf16_nearest_pairs(even, odd);
-  const LaneU e = float_bits(even), o = float_bits(odd);
-  const LaneU up_e = e + 0x7fffu + ((e >> 16) & 1u), up_o = o + 0x7fffu + ((o >> 16) & 1u);
-  return (up_e >> 16) | (up_o & 0xffff0000u);
+  return (bf16_rounded_up(float_bits(even)) >> 16) |
+         (bf16_rounded_up(float_bits(odd)) & 0xffff0000u);
 }
 
 /// The even and the odd elements of f16 pair words `w` as floats (float16::to_float's bits:
