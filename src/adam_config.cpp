@@ -28,6 +28,7 @@ AdamStepScalars AdamStepScalars::make(const AdamConfig& c, std::int64_t t, doubl
   s.step_size = static_cast<float>(c.lr / bc1);
   s.inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bc2));
   s.eps = static_cast<float>(c.eps);
+  s.adds_l2 = s.l2_decay != 0.0f;
   return s;
 }
 

@@ -3,8 +3,9 @@
 // each element, bit for bit: every 16-bit param beside remainders on both sides of the
 // correction's boundary (0x8000, 0x8001) and at the ends, in both halves of a word; masters
 // at every special value (zeros, subnormals, the largest finite, infinities, NaNs quiet and
-// signalling, both signs) and at random. Run by this build's lanes: AVX-512 on a machine
-// that has it, the generic lane code elsewhere (both were run on the Zen 5 VM).
+// signalling, both signs) and at random; the forms for values none of which is NaN likewise.
+// Run by this build's lanes: AVX-512 on a machine that has it, AVX2's 16-bit compares and
+// blends on one without (the CI machine's kind), the generic lane code elsewhere.
 #include <cstdint>
 #include <kopt/impl/remainder_pairs.hpp>
 #include <random>
@@ -72,7 +73,9 @@ TEST(RemainderPairs, JoinGivesJoinMasterBitsOfRandomWords) {
   check_join(p, r);
 }
 
-TEST(RemainderPairs, SplitGivesSplitParamBitsAndLowHalves) {
+// Masters (float bits) at every special value, every exponent with mantissa ends that carry,
+// every low half of one high half, and at random; a whole number of lane vectors of pairs.
+std::vector<std::uint32_t> test_masters() {
   std::vector<std::uint32_t> x = {0x00000000u, 0x80000000u, 0x00000001u, 0x807fffffu, 0x00008000u,
                                   0x00008001u, 0x3f808000u, 0x3f818000u, 0x7f7fffffu, 0xff7fffffu,
                                   0x7f7f8000u, 0x7f7f7fffu, 0x7f800000u, 0xff800000u, 0x7fc00000u,
@@ -85,17 +88,54 @@ TEST(RemainderPairs, SplitGivesSplitParamBitsAndLowHalves) {
       for (const std::uint32_t sign : {0u, 0x80000000u}) x.push_back(sign | e << 23 | m);
   for (std::uint32_t low = 0; low < 0x10000u; ++low) x.push_back(0x3f810000u | low);
   x.resize(x.size() / (2 * lane_count) * (2 * lane_count));
+  return x;
+}
+
+// Splits `x` a vector of pairs at a time (Finite: split_finite_master_pairs, given only the
+// masters that are not NaN) and checks each half against the scalar split.
+template <bool Finite>
+void check_split(std::vector<std::uint32_t> x) {
+  if (Finite) {
+    std::erase_if(x, [](std::uint32_t v) { return (v & 0x7fffffffu) > 0x7f800000u; });
+    x.resize(x.size() / (2 * lane_count) * (2 * lane_count));
+  }
   for (std::size_t at = 0; at < x.size(); at += 2 * lane_count) {
     LaneF w[2];
     for (int l = 0; l < lane_count; ++l)
       for (int h = 0; h < 2; ++h) w[h][l] = kopt_test::float_of(x[at + 2 * l + h]);
     LaneU pw, rw;
-    kopt::Impl::split_master_pairs(w, pw, rw);
+    Finite ? kopt::Impl::split_finite_master_pairs(w, pw, rw)
+           : kopt::Impl::split_master_pairs(w, pw, rw);
     for (int l = 0; l < lane_count; ++l)
       for (int h = 0; h < 2; ++h) {
         const std::uint32_t v = x[at + 2 * l + h];
         ASSERT_EQ(pw[l] >> 16 * h & 0xffffu, split_param_bits(v)) << std::hex << "master 0x" << v;
         ASSERT_EQ(rw[l] >> 16 * h & 0xffffu, v & 0xffffu) << std::hex << "master 0x" << v;
+      }
+  }
+}
+
+TEST(RemainderPairs, SplitGivesSplitParamBitsAndLowHalves) { check_split<false>(test_masters()); }
+
+TEST(RemainderPairs, FiniteSplitGivesSplitParamBitsOfEveryMasterButNaN) {
+  check_split<true>(test_masters());
+}
+
+// bf16_finite_pairs (the paired loop's bf16 stores where no value is NaN) rounds each float
+// as bfloat16::from_float does, the even element into each word's low half.
+TEST(RemainderPairs, FiniteBf16PairsRoundEveryFloatButNaNToNearestEven) {
+  std::vector<std::uint32_t> x = test_masters();
+  std::erase_if(x, [](std::uint32_t v) { return (v & 0x7fffffffu) > 0x7f800000u; });
+  for (std::size_t at = 0; at + 2 * lane_count <= x.size(); at += 2 * lane_count) {
+    LaneF f[2];
+    for (int l = 0; l < lane_count; ++l)
+      for (int h = 0; h < 2; ++h) f[h][l] = kopt_test::float_of(x[at + 2 * l + h]);
+    const LaneU words = kopt::Impl::bf16_finite_pairs(f[0], f[1]);
+    for (int l = 0; l < lane_count; ++l)
+      for (int h = 0; h < 2; ++h) {
+        const std::uint32_t v = x[at + 2 * l + h];
+        ASSERT_EQ(words[l] >> 16 * h & 0xffffu, kopt::Impl::bf16_nearest_bits(v))
+            << std::hex << "float 0x" << v;
       }
   }
 }

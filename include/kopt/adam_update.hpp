@@ -67,7 +67,7 @@ KOKKOS_FORCEINLINE_FUNCTION T adam_update_guarded(T p, T grad, T& m, T& v, T& vm
   // put the param's load (and a remainder's join) on the path to every square root, which
   // cost the 18-byte vector loop a seventh of its time on a Zen 5 core.
   const T scaled = grad * s.grad_scale;
-  const T g = s.l2_decay != 0.0f ? scaled + s.l2_decay * p : scaled;
+  const T g = s.adds_l2 ? scaled + s.l2_decay * p : scaled;
   // The fallbacks take beta as 1 - (1 - beta) in float, off by ~3e-8: harmless, for they
   // decide only elements whose interpolation overflowed (and v, once inf, stays inf).
   const float a1 = s.one_minus_beta1, a2 = s.one_minus_beta2;
