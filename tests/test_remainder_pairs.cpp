@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <kopt/impl/remainder_pairs.hpp>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "test_support.hpp"
@@ -91,14 +92,18 @@ std::vector<std::uint32_t> test_masters() {
   return x;
 }
 
+// `x` without its NaNs, still a whole number of lane vectors of pairs.
+std::vector<std::uint32_t> without_nan(std::vector<std::uint32_t> x) {
+  std::erase_if(x, [](std::uint32_t v) { return (v & 0x7fffffffu) > 0x7f800000u; });
+  x.resize(x.size() / (2 * lane_count) * (2 * lane_count));
+  return x;
+}
+
 // Splits `x` a vector of pairs at a time (Finite: split_finite_master_pairs, given only the
 // masters that are not NaN) and checks each half against the scalar split.
 template <bool Finite>
 void check_split(std::vector<std::uint32_t> x) {
-  if (Finite) {
-    std::erase_if(x, [](std::uint32_t v) { return (v & 0x7fffffffu) > 0x7f800000u; });
-    x.resize(x.size() / (2 * lane_count) * (2 * lane_count));
-  }
+  if (Finite) x = without_nan(std::move(x));
   for (std::size_t at = 0; at < x.size(); at += 2 * lane_count) {
     LaneF w[2];
     for (int l = 0; l < lane_count; ++l)
@@ -124,9 +129,8 @@ TEST(RemainderPairs, FiniteSplitGivesSplitParamBitsOfEveryMasterButNaN) {
 // bf16_finite_pairs (the paired loop's bf16 stores where no value is NaN) rounds each float
 // as bfloat16::from_float does, the even element into each word's low half.
 TEST(RemainderPairs, FiniteBf16PairsRoundEveryFloatButNaNToNearestEven) {
-  std::vector<std::uint32_t> x = test_masters();
-  std::erase_if(x, [](std::uint32_t v) { return (v & 0x7fffffffu) > 0x7f800000u; });
-  for (std::size_t at = 0; at + 2 * lane_count <= x.size(); at += 2 * lane_count) {
+  const std::vector<std::uint32_t> x = without_nan(test_masters());
+  for (std::size_t at = 0; at < x.size(); at += 2 * lane_count) {
     LaneF f[2];
     for (int l = 0; l < lane_count; ++l)
       for (int h = 0; h < 2; ++h) f[h][l] = kopt_test::float_of(x[at + 2 * l + h]);
